@@ -1,0 +1,40 @@
+# Inference Explorer: two commands do all the set-up.
+#   make app    installs into .venv if needed, then serves the Voila dashboard
+#   make test   installs into .venv if needed, then runs the whole test suite
+# GPU users: name your own torch build, e.g.
+#   make setup TORCH="torch --index-url <the CUDA wheel index that pytorch.org's selector gives>"
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PORT   ?= 8866
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: setup browser test app lint bench clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+	@echo "installed into $(VENV)"
+
+# Debian chromium for the real-browser tests (only where missing and we are root).
+browser: setup
+	@bash scripts/ensure_browser.sh
+
+test: setup browser
+	$(BIN)/python -m pytest
+
+app: setup
+	$(BIN)/explorer app --port $(PORT)
+
+lint: setup
+	$(BIN)/ruff check explorer tests scripts
+	$(BIN)/ruff format --check explorer tests scripts
+
+clean-venv:
+	rm -rf $(VENV)

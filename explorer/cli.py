@@ -1,0 +1,77 @@
+"""`explorer` command line: the same core as the notebooks and the dashboard.
+
+Each subcommand is one `_add_<name>(subparsers)` function that registers its parser and sets
+`func`; main() only dispatches. Errors the user can fix print one clear line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+# --- explorer info -------------------------------------------------------------------------------
+
+
+def _add_info(sub) -> None:
+    p = sub.add_parser("info", help="facts about a model (parameters, layers, heads, bytes)")
+    p.add_argument("model", nargs="?", default=None, help="bundled:target (default), bundled:draft, arch:NAME, hub id or path")
+    p.add_argument("--list", action="store_true", help="list every offline model name")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_info)
+
+
+def _cmd_info(args) -> int:
+    from explorer.loading import arch_info, available_models, load
+
+    if args.list:
+        names = available_models()
+        _print_json(names) if args.json else print("\n".join(names))
+        return 0
+    name = args.model or "bundled:target"
+    big = name.startswith("arch:") and name not in ("arch:gpt2", "arch:smollm2-135m", "arch:qwen2.5-0.5b")
+    info = arch_info(name) if big else load(name, device=args.device, dtype=args.dtype).info
+    if args.json:
+        _print_json(info.to_dict())
+        return 0
+    for key, value in info.to_dict().items():
+        print(f"{key:>26}  {value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{key:>26}  {value}")
+    print(f"{'kv_bytes_per_token':>26}  {info.kv_bytes_per_token:,}")
+    if big:
+        print("(shape only: built on the meta device, no memory allocated)")
+    return 0
+
+
+# --- dispatch ------------------------------------------------------------------------------------
+
+COMMANDS = [_add_info]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="explorer", description="See LLM inference step by step.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from explorer.loading import ModelNotFoundError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (ModelNotFoundError, ValueError) as err:
+        print(f"explorer: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

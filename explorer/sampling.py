@@ -1,0 +1,204 @@
+"""The sampling chain as pure tensor functions, stage by stage, in transformers' order.
+
+    logits [B, V] --repetition penalty--> --temperature--> --top-k--> --top-p--> --min-p--> sample / argmax
+
+Each stage is a function from logits to logits (filtered tokens get -inf) and matches the
+corresponding transformers LogitsProcessor exactly (tests/test_sampling.py checks this).
+
+Our defaults are explicit: Sampling() is plain sampling at temperature 1 with every filter off.
+transformers' generate() silently uses top_k=50 when you pass do_sample=True without top_k (from
+GenerationConfig's defaults), so Sampling(top_k=50) is what matches generate(do_sample=True).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Sampling:
+    """Sampling settings. 0 / 1.0 values switch a filter off; temperature 0 or greedy=True means argmax."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        checks = [
+            (_is_number(self.temperature) and self.temperature >= 0,
+             f"temperature must be a number >= 0 (0 means greedy), got {self.temperature!r}"),
+            (isinstance(self.top_k, int) and not isinstance(self.top_k, bool) and self.top_k >= 0,
+             f"top_k must be a whole number >= 0 (0 switches it off), got {self.top_k!r}"),
+            (_is_number(self.top_p) and 0 < self.top_p <= 1,
+             f"top_p must be in (0, 1] (1 switches it off), got {self.top_p!r}"),
+            (_is_number(self.min_p) and 0 <= self.min_p < 1,
+             f"min_p must be in [0, 1) (0 switches it off), got {self.min_p!r}"),
+            (_is_number(self.repetition_penalty) and self.repetition_penalty > 0,
+             f"repetition_penalty must be > 0 (1 switches it off), got {self.repetition_penalty!r}"),
+            (self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0),
+             f"seed must be None or a whole number >= 0, got {self.seed!r}"),
+            (isinstance(self.greedy, bool), f"greedy must be True or False, got {self.greedy!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# --- the stages: logits [B, V] -> logits [B, V] -------------------------------------------------
+
+
+def repetition_penalty(logits: torch.Tensor, context_ids: torch.Tensor, penalty: float,
+                       context_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Divide positive / multiply negative logits of every distinct token already in the context.
+
+    context_ids [B, T] (prompt included); context_mask [B, T] marks real tokens (left padding is 0).
+    """
+    if penalty == 1.0:
+        return logits
+    ids = context_ids.to(logits.device)
+    mark = torch.ones_like(ids, dtype=torch.bool) if context_mask is None else context_mask.to(logits.device).bool()
+    counts = torch.zeros(logits.shape, dtype=torch.int32, device=logits.device)  # [B, V]
+    seen = counts.scatter_add_(1, ids, mark.to(torch.int32)) > 0  # [B, V]: token occurs in the context
+    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def temperature(logits: torch.Tensor, t: float) -> torch.Tensor:
+    return logits if t in (0, 1.0) else logits / t
+
+
+def top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k largest logits; ties with the k-th survive (as in TopKLogitsWarper)."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # [B, 1]
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches p (as in TopPLogitsWarper)."""
+    if p >= 1.0:
+        return logits
+    sorted_logits, sorted_idx = torch.sort(logits, descending=False)  # ascending, as transformers
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove_sorted = cum <= (1 - p)
+    remove_sorted[..., -1:] = False  # always keep the most likely token
+    remove = remove_sorted.scatter(1, sorted_idx, remove_sorted)
+    return logits.masked_fill(remove, NEG_INF)
+
+
+def min_p(logits: torch.Tensor, m: float) -> torch.Tensor:
+    """Drop tokens whose probability is below m x the top token's probability (as in MinPLogitsWarper)."""
+    if m <= 0:
+        return logits
+    probs = logits.softmax(dim=-1)
+    remove = probs < m * probs.amax(dim=-1, keepdim=True)
+    remove.scatter_(1, probs.argmax(dim=-1, keepdim=True), False)
+    return logits.masked_fill(remove, NEG_INF)
+
+
+STAGE_NAMES = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+
+
+def process(logits: torch.Tensor, context_ids: torch.Tensor, s: Sampling,
+            context_mask: torch.Tensor | None = None) -> list[tuple[str, torch.Tensor]]:
+    """Run the chain; returns [(stage name, logits after it)] in order. The last entry is final.
+
+    In greedy mode the temperature stage is skipped (0 would divide by zero); filters still run,
+    so charts show what they would keep. They never change the argmax.
+    """
+    x = logits.float()  # [B, V]
+    out = []
+    x = repetition_penalty(x, context_ids, s.repetition_penalty, context_mask)
+    out.append(("repetition_penalty", x))
+    x = temperature(x, 1.0 if s.is_greedy else s.temperature)
+    out.append(("temperature", x))
+    x = top_k(x, s.top_k)
+    out.append(("top_k", x))
+    x = top_p(x, s.top_p)
+    out.append(("top_p", x))
+    x = min_p(x, s.min_p)
+    out.append(("min_p", x))
+    return out
+
+
+def stage_summary(logits: torch.Tensor, stages: list[tuple[str, torch.Tensor]], row: int = 0) -> list[dict]:
+    """For each stage: tokens it kept and the probability mass they held *in the distribution entering it*."""
+    summary = []
+    prev = logits[row].float()
+    for name, after in stages:
+        kept = torch.isfinite(after[row])
+        mass = prev.softmax(dim=-1)[kept].sum().item()
+        summary.append({"name": name, "mass": mass, "kept": int(kept.sum().item())})
+        prev = after[row]
+    return summary
+
+
+# --- choosing a token ----------------------------------------------------------------------------
+
+
+@dataclass
+class Draw:
+    """The chosen token of every row, and where each row's uniform number fell in its sorted CDF."""
+
+    tokens: torch.Tensor  # [B] long
+    u: list[float | None]  # None in greedy mode
+    cdf_lo: list[float]  # cumulative final probability of the tokens ranked above the chosen one
+    cdf_hi: list[float]  # ... including the chosen one
+
+
+def choose_token(final_logits: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> Draw:
+    """argmax, or inverse-CDF sampling over tokens sorted by final probability (most likely first)."""
+    probs = final_logits.float().softmax(dim=-1)  # [B, V]
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    cdf = sorted_p.cumsum(dim=-1)  # [B, V]
+    if greedy:
+        pos = torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device)
+        u = [None] * probs.shape[0]
+    else:
+        uu = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64).to(probs.device)  # [B]
+        thresholds = uu.to(cdf.dtype).unsqueeze(-1) * cdf[:, -1:]
+        pos = torch.searchsorted(cdf, thresholds, right=True).squeeze(-1)
+        pos = torch.minimum(pos, (sorted_p > 0).sum(dim=-1) - 1)  # never land on a filtered token
+        u = uu.tolist()
+    tokens = order.gather(1, pos.unsqueeze(-1)).squeeze(-1)
+    hi = cdf.gather(1, pos.unsqueeze(-1)).squeeze(-1)
+    lo = hi - sorted_p.gather(1, pos.unsqueeze(-1)).squeeze(-1)
+    return Draw(tokens=tokens, u=u, cdf_lo=lo.tolist(), cdf_hi=hi.tolist())
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of softmax(logits) per row; -inf logits contribute 0. [B, V] -> [B]"""
+    logp = logits.float().log_softmax(dim=-1)
+    p = logp.exp()
+    return -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(dim=-1)
+
+
+def make_generator(seed: int | None) -> torch.Generator:
+    """A CPU generator for the uniform draws (so CPU and GPU runs draw the same numbers)."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed if seed is not None else torch.seed() % (2**63))
+    return g

@@ -1,0 +1,42 @@
+"""Shared fixtures. Everything runs offline and writes nothing to the user's home."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+_HOME = tempfile.mkdtemp(prefix="explorer-test-home-")
+for var in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR"):
+    os.environ[var] = os.path.join(_HOME, var.lower())
+os.environ["HOME"] = _HOME
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def target():
+    """The bundled target model (loaded once per test session)."""
+    from explorer import load
+
+    return load("bundled:target")
+
+
+@pytest.fixture(scope="session")
+def draft():
+    from explorer import load
+
+    return load("bundled:draft")
+
+
+@pytest.fixture(scope="session")
+def tiny_arch():
+    """A small architecture-only shape (GQA llama), for cost tests that need a real forward pass."""
+    from explorer import load
+
+    return load("arch:smollm2-135m")

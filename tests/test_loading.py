@@ -1,0 +1,106 @@
+"""Loading: architecture-only shapes, ModelInfo facts, clear errors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from explorer import ModelNotFoundError, available_models, load
+from explorer.loading import ARCH_DIR, arch_info
+
+# Published sizes of the real checkpoints (their model cards), in parameters.
+PUBLISHED = {"gpt2": 124.4e6, "smollm2-135m": 134.5e6, "qwen2.5-0.5b": 494.0e6, "llama-3.2-1b": 1235.8e6,
+             "llama-3.1-8b": 8030.3e6, "mistral-7b": 7248.0e6}
+
+
+def test_available_models_lists_bundled_and_every_architecture():
+    names = available_models()
+    assert names[:2] == ["bundled:target", "bundled:draft"]
+    for short in PUBLISHED:
+        assert f"arch:{short}" in names
+    assert len(list(ARCH_DIR.glob("*.json"))) == len(PUBLISHED)
+
+
+@pytest.mark.parametrize("short", sorted(PUBLISHED))
+def test_arch_info_matches_published_size_without_allocating(short):
+    info = arch_info(f"arch:{short}")
+    assert info.random_weights and info.source == "arch"
+    assert info.parameters == pytest.approx(PUBLISHED[short], rel=0.005)
+    assert info.weight_bytes == info.parameters * 4
+    assert info.kv_bytes_per_token == 2 * info.layers * info.kv_heads * info.head_dim * 4
+    assert info.hub_id
+
+
+@pytest.mark.parametrize("short", ["gpt2", "smollm2-135m"])
+def test_small_architectures_build_and_run(short):
+    lm = load(f"arch:{short}")
+    info = lm.info
+    tensors = {id(p): p for p in lm.model.parameters()}
+    assert info.parameters == sum(p.numel() for p in tensors.values())
+    assert info.weight_bytes == sum(p.numel() * p.element_size() for p in tensors.values())
+    assert info.random_weights is True
+    assert info.tied_embeddings is True
+    assert torch.isfinite(lm.model.lm_head.weight).all()
+    with torch.no_grad():
+        out = lm.model(torch.tensor([[1, 2, 3]]))
+    assert out.logits.shape == (1, 3, info.vocab_size)
+    assert torch.isfinite(out.logits).all()
+
+
+def test_qwen_shape_builds_in_seconds():
+    t0 = time.perf_counter()
+    lm = load("arch:qwen2.5-0.5b")
+    elapsed = time.perf_counter() - t0
+    assert lm.info.parameters == arch_info("arch:qwen2.5-0.5b").parameters
+    assert lm.info.kv_heads == 2 and lm.info.attention_heads == 14 and lm.info.head_dim == 64
+    assert elapsed < 30, f"building the 0.5B shape took {elapsed:.1f}s"
+    del lm
+
+
+def test_untied_model_counts_lm_head_as_non_embedding():
+    info = arch_info("arch:llama-3.1-8b")
+    assert info.tied_embeddings is False
+    emb = info.vocab_size * info.hidden_size
+    assert info.non_embedding_parameters == info.parameters - emb
+
+
+def test_gpt2_position_embeddings_are_not_counted_as_non_embedding():
+    info = arch_info("arch:gpt2")
+    assert info.non_embedding_parameters == info.parameters - info.vocab_size * 768 - 1024 * 768
+
+
+def test_bundled_target_info(target):
+    info = target.info
+    assert info.source == "bundled" and not info.random_weights
+    assert info.parameters == sum(p.numel() for p in target.model.parameters())
+    assert info.dtype == "float32" and info.device == "cpu"
+    json.dumps(info.to_dict())
+    ids = target.tokenizer("The return statement")["input_ids"]
+    assert target.tokenizer.decode(ids) == "The return statement"
+
+
+@pytest.mark.parametrize("name", ["bundled:nope", "arch:gpt-99", "no-such-org/no-such-model-xyz", "./missing/folder"])
+def test_unknown_model_gives_one_clear_error(name):
+    with pytest.raises(ModelNotFoundError) as err:
+        load(name)
+    text = str(err.value)
+    assert name in text or name.split(":", 1)[1] in text
+    assert "bundled:target" in text  # it says what works offline
+
+
+def test_hub_error_mentions_offline_switch():
+    with pytest.raises(ModelNotFoundError, match="HF_HUB_OFFLINE=0"):
+        load("no-such-org/no-such-model-xyz")
+
+
+def test_folder_without_config_is_explained(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        load(str(tmp_path))
+
+
+def test_bad_dtype_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown dtype"):
+        load("arch:gpt2", dtype="float8")
