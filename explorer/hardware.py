@@ -1,0 +1,228 @@
+"""Peaks of this machine, measured (memory bandwidth, dense matmul FLOP/s), and a table of known chips.
+
+measure(device, dtype) times, with warm-up discarded and medians over repeats (CUDA events on a
+GPU, perf_counter after a synchronise elsewhere; see explorer.timing):
+
+    copy        dst.copy_(src) of a buffer far larger than the last-level cache; bytes = read + write
+    read        src.sum() over the same buffer (read-only reduction); bytes = read
+    cache       the same copy on a buffer a quarter of the last-level cache (working sets that fit
+                in cache move faster than DRAM allows; the roofline uses this for them)
+    matmul      a @ b of two square matrices in `dtype`; FLOPs = 2 * N^3
+
+bandwidth_gbps = max(copy, read): the best DRAM figure measured, used as the roofline's peak and
+for pct_of_peak_bw (copy_gbps and read_gbps are kept beside it). The quick default takes about a
+second on a 2-core CPU and is cached per (device, dtype, threads); thorough=True uses larger sizes
+and more repeats. KNOWN_CHIPS are vendor figures: peaks built from them are *modelled*.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from explorer.timing import Measurement
+from explorer.timing import measure as time_repeats
+
+GB = 1e9
+
+
+@dataclass
+class Peaks:
+    """Peak memory bandwidth and matmul FLOP/s of a device for a dtype, measured or modelled."""
+
+    device: str
+    dtype: str
+    bandwidth_gbps: float  # roofline peak: max(copy_gbps, read_gbps) for working sets beyond cache_bytes
+    flops: float  # dense matmul FLOP/s in dtype
+    method: str  # "measured" | "modelled"
+    copy_gbps: float | None = None  # large copy, read + write bytes counted
+    read_gbps: float | None = None  # large read-only reduction
+    cache_gbps: float | None = None  # copy of a buffer that fits the last-level cache
+    cache_bytes: int | None = None  # last-level cache size (bytes); None when unknown
+    details: dict[str, Any] = field(default_factory=dict)  # sizes, repeats, threads, timer, source
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / 1e12
+
+    def bandwidth_for(self, nbytes: float) -> float:
+        """GB/s the roofline assumes for a pass moving `nbytes`: cache speed if it fits the last-level cache."""
+        if self.cache_gbps and self.cache_bytes and nbytes <= self.cache_bytes:
+            return max(self.cache_gbps, self.bandwidth_gbps)
+        return self.bandwidth_gbps
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- known chips (vendor figures, dense, no sparsity) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str
+    bandwidth_gbps: float
+    bf16_tflops: float | None  # dense tensor-core / matrix-unit figure; None where the chip has none
+    fp32_tflops: float
+    source: str
+    fp16_tflops: float | None = None
+    memory_gb: float | None = None
+
+
+KNOWN_CHIPS: dict[str, Chip] = {c.name: c for c in [
+    Chip("H200", 4800, 989, 67, "NVIDIA H200 Tensor Core GPU datasheet (SXM; dense, sparsity figures halved)",
+         fp16_tflops=989, memory_gb=141),
+    Chip("H100 SXM", 3350, 989, 67, "NVIDIA H100 Tensor Core GPU datasheet (SXM5; dense, sparsity figures halved)",
+         fp16_tflops=989, memory_gb=80),
+    Chip("A100 80GB", 2039, 312, 19.5, "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM; fp32 = non-tensor)",
+         fp16_tflops=312, memory_gb=80),
+    Chip("L4", 300, 121, 30.3, "NVIDIA L4 Tensor Core GPU datasheet (dense, sparsity figures halved)",
+         fp16_tflops=121, memory_gb=24),
+    Chip("T4", 320, None, 8.1, "NVIDIA T4 Tensor Core GPU datasheet (Turing: no bf16; fp16 mixed 65 TFLOPS)",
+         fp16_tflops=65, memory_gb=16),
+    Chip("RTX 4090", 1008, 165.2, 82.6, "NVIDIA Ada Lovelace GPU architecture whitepaper, GeForce RTX 4090 "
+         "(bf16/fp16 tensor with fp32 accumulate, dense)", fp16_tflops=165.2, memory_gb=24),
+    Chip("Apple M2", 100, None, 3.6, "Apple newsroom 'Apple unveils M2' (June 2022): 100 GB/s, 3.6 TFLOPS GPU",
+         memory_gb=24),
+    Chip("Apple M2 Max", 400, None, 13.6, "Apple newsroom 'M2 Pro and M2 Max' (Jan 2023): 400 GB/s, 13.6 TFLOPS GPU",
+         memory_gb=96),
+    Chip("Apple M3 Max", 400, None, 14.2, "Apple M3 Max spec page: 400 GB/s (16-core CPU variant); fp32 derived, "
+         "not published: 40 GPU cores x 128 lanes x 2 FLOP x ~1.39 GHz", memory_gb=128),
+    Chip("Laptop CPU", 89.6, None, 0.9, "derived, not a datasheet: dual-channel DDR5-5600 = 2 x 8 B x 5600 MT/s; "
+         "8 cores x 2 AVX2 FMA x 8 fp32 lanes x 2 FLOP x ~3.5 GHz", memory_gb=16),
+]}
+
+
+def chip_peaks(name: str, dtype: str = "bfloat16") -> Peaks:
+    """Modelled peaks of a known chip for a dtype (vendor figures; nothing measured)."""
+    if name not in KNOWN_CHIPS:
+        raise ValueError(f"unknown chip {name!r}; known: {', '.join(KNOWN_CHIPS)}")
+    chip = KNOWN_CHIPS[name]
+    key = _dtype_name(dtype)
+    tflops = {"float32": chip.fp32_tflops, "bfloat16": chip.bf16_tflops, "float16": chip.fp16_tflops}[key]
+    if tflops is None:
+        raise ValueError(f"{name} has no published dense {key} figure ({chip.source})")
+    return Peaks(device=name, dtype=key, bandwidth_gbps=chip.bandwidth_gbps, flops=tflops * 1e12,
+                 method="modelled", details={"source": chip.source, "memory_gb": chip.memory_gb})
+
+
+# --- measuring this machine ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and repeats of one measurement."""
+
+    buffer_bytes: int
+    matmul_n: int
+    repeats: int
+    warmup: int = 1
+
+
+def _plan(device: torch.device, thorough: bool) -> Plan:
+    if device.type == "cuda":
+        return Plan(buffer_bytes=(2 << 30) if thorough else (512 << 20), matmul_n=8192 if thorough else 4096,
+                    repeats=20 if thorough else 10)
+    return Plan(buffer_bytes=(512 << 20) if thorough else (128 << 20), matmul_n=2048 if thorough else 1024,
+                repeats=9 if thorough else 3)
+
+
+def last_level_cache_bytes(device: torch.device) -> int | None:
+    """Size of the last-level cache: L2 on CUDA, the highest-level CPU cache from sysfs elsewhere."""
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    best = (0, None)
+    try:
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith("index"):
+                continue
+            level = int(open(f"{base}/{entry}/level").read())
+            kind = open(f"{base}/{entry}/type").read().strip()
+            size = open(f"{base}/{entry}/size").read().strip()
+            if kind in ("Unified", "Data") and level >= best[0]:
+                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+                best = (level, int(size.rstrip("KMG")) * mult)
+    except (OSError, ValueError):
+        return None
+    return best[1]
+
+
+def _copy_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, Measurement]:
+    n = nbytes // 4
+    src = torch.ones(n, device=device)
+    dst = torch.zeros(n, device=device)  # touch every page before timing
+    m = time_repeats(lambda: dst.copy_(src), device, repeats=plan.repeats, warmup=plan.warmup)
+    return 2 * n * 4 / m.median / GB, m
+
+
+def _read_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, Measurement]:
+    n = nbytes // 4
+    src = torch.ones(n, device=device)
+    m = time_repeats(lambda: src.sum(), device, repeats=plan.repeats, warmup=plan.warmup)
+    return n * 4 / m.median / GB, m
+
+
+def _matmul_flops(n: int, dtype: torch.dtype, device: torch.device, plan: Plan) -> tuple[float, Measurement]:
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    m = time_repeats(lambda: a @ b, device, repeats=plan.repeats, warmup=plan.warmup)
+    return 2.0 * n**3 / m.median, m
+
+
+_BANDWIDTH: dict[tuple, dict[str, Any]] = {}
+_PEAKS: dict[tuple, Peaks] = {}
+
+
+def _dtype_name(dtype: str | torch.dtype) -> str:
+    from explorer.loading import DTYPES
+
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).replace("torch.", "")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(set(DTYPES))}")
+    return str(DTYPES[dtype]).replace("torch.", "")
+
+
+def _bandwidth(device: torch.device, plan: Plan, thorough: bool) -> dict[str, Any]:
+    key = (str(device), torch.get_num_threads(), thorough)
+    if key not in _BANDWIDTH:
+        copy, m_copy = _copy_gbps(plan.buffer_bytes, device, plan)
+        read, m_read = _read_gbps(plan.buffer_bytes, device, plan)
+        llc = last_level_cache_bytes(device)
+        cache = None
+        if llc and llc // 4 >= (1 << 20):
+            cache, _ = _copy_gbps(llc // 4, device, Plan(llc // 4, 0, max(plan.repeats, 5)))
+        _BANDWIDTH[key] = {"copy_gbps": copy, "read_gbps": read, "cache_gbps": cache, "cache_bytes": llc,
+                           "copy": m_copy.to_dict(), "read": m_read.to_dict()}
+    return _BANDWIDTH[key]
+
+
+def measure(device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32", *,
+            thorough: bool = False) -> Peaks:
+    """Measured peaks of `device` for `dtype` (cached per process, device, dtype and thread count)."""
+    from explorer.loading import resolve_device
+
+    dev = resolve_device(device)
+    name = _dtype_name(dtype)
+    key = (str(dev), name, torch.get_num_threads(), thorough)
+    if key in _PEAKS:
+        return _PEAKS[key]
+    plan = _plan(dev, thorough)
+    bw = _bandwidth(dev, plan, thorough)
+    flops, m_mm = _matmul_flops(plan.matmul_n, getattr(torch, name), dev, plan)
+    details = {"buffer_bytes": plan.buffer_bytes, "matmul_n": plan.matmul_n, "repeats": plan.repeats,
+               "warmup": plan.warmup, "threads": torch.get_num_threads(), "timer": m_mm.method,
+               "statistic": "median", "thorough": thorough, "copy": bw["copy"], "read": bw["read"],
+               "matmul": m_mm.to_dict(), "torch": torch.__version__}
+    if dev.type == "cuda":
+        details["gpu"] = torch.cuda.get_device_name(dev)
+    peaks = Peaks(device=str(dev), dtype=name, bandwidth_gbps=max(bw["copy_gbps"], bw["read_gbps"]), flops=flops,
+                  method="measured", copy_gbps=bw["copy_gbps"], read_gbps=bw["read_gbps"],
+                  cache_gbps=bw["cache_gbps"], cache_bytes=bw["cache_bytes"], details=details)
+    _PEAKS[key] = peaks
+    return peaks
