@@ -34,7 +34,12 @@ FLOPs (2 per multiply-add; elementwise ops, norms, softmax and RoPE are not coun
     flops/lm_head           2*B*n_logits*hidden*vocab (n_logits = n unless only the last
                             position's logits are computed)
 
-Roofline: bound_s = max(flops / peak FLOP/s, bytes / peak bandwidth), a lower bound on latency.
+Roofline: bound_s = max(flops / peak FLOP/s, bytes / peak bandwidth), a lower bound on latency
+(peaks from explorer.hardware: the best measured repeat, cache bandwidth when a pass's bytes fit
+in the last-level cache; see Peaks.bandwidth_for). The bound and achieved_gbps count the bytes
+that must cross the memory bus (weights and KV: `bound_bytes`); the activations estimate is shown
+as a part but left out of both, because intermediate tensors often never leave on-chip caches and
+a lower bound must not count traffic that may not happen.
 """
 
 from __future__ import annotations
@@ -66,6 +71,14 @@ PART_NOTES: dict[str, str] = {
     "kv_write": "modelled: K and V of the fed tokens, 2*layers*kv_heads*head_dim*bytes*B*n",
     "activations": "estimate: each intermediate tensor written once and read once, plus the logits",
 }
+
+
+BOUND_EXCLUDES = ("activations",)  # parts shown but not counted in bound_s / achieved_gbps
+
+
+def bound_bytes(parts: dict[str, float]) -> float:
+    """Bytes the roofline counts: every part except the activations estimate."""
+    return float(sum(v for k, v in parts.items() if k not in BOUND_EXCLUDES))
 
 
 @dataclass(frozen=True)
@@ -241,14 +254,20 @@ class ForwardCost:
         return float(sum(self.bytes.values()))
 
     @property
+    def bound_bytes(self) -> float:
+        """Bytes the roofline counts (weights and KV; not the activations estimate)."""
+        return bound_bytes(self.bytes)
+
+    @property
     def intensity(self) -> float:
-        """Arithmetic intensity, FLOPs per byte moved."""
-        return self.total_flops / self.total_bytes
+        """Arithmetic intensity, FLOPs per byte the roofline counts."""
+        return self.total_flops / self.bound_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "tokens_fed": self.tokens_fed, "context_len": self.context_len,
                 "use_cache": self.use_cache, "flops": dict(self.flops), "bytes": dict(self.bytes),
-                "total_flops": self.total_flops, "total_bytes": self.total_bytes, "intensity": self.intensity}
+                "total_flops": self.total_flops, "total_bytes": self.total_bytes, "bound_bytes": self.bound_bytes,
+                "intensity": self.intensity}
 
 
 def forward_cost(info: ModelInfo, *, batch: int, tokens_fed: int, context_len: int, use_cache: bool = True,
@@ -270,7 +289,7 @@ def forward_cost(info: ModelInfo, *, batch: int, tokens_fed: int, context_len: i
 
 def roofline(flops: float, nbytes: float, peaks) -> tuple[float, str]:
     """Lower-bound time max(flops / peak FLOP/s, bytes / peak bandwidth) and which side binds."""
-    compute_s = flops / peaks.flops
+    compute_s = flops / peaks.roofline_flops
     memory_s = nbytes / (peaks.bandwidth_for(nbytes) * 1e9)
     return (memory_s, "memory") if memory_s >= compute_s else (compute_s, "compute")
 
@@ -278,10 +297,12 @@ def roofline(flops: float, nbytes: float, peaks) -> tuple[float, str]:
 def step_roofline(info: ModelInfo, *, batch: int, tokens_fed: int, context_len: int, use_cache: bool,
                   latency_s: float | None, peaks=None, logits_positions: int | None = None) -> dict[str, Any]:
     """The cost fields of one engine Step: flops, bytes (by part), bound_s, bound, achieved_gbps,
-    pct_of_peak_bw. achieved_* are None without a latency; bound_* are None without peaks."""
+    pct_of_peak_bw. achieved_* are None without a latency; bound_* are None without peaks.
+    achieved_gbps = bound_bytes / latency (weights + KV, not the activations estimate).
+    logits_positions=1 when the forward computed the last position's logits only (last_only=True)."""
     cost = forward_cost(info, batch=batch, tokens_fed=tokens_fed, context_len=context_len, use_cache=use_cache,
                         logits_positions=logits_positions)
-    total = cost.total_bytes
+    total = cost.bound_bytes
     bound_s = bound = achieved = pct = None
     if peaks is not None:
         bound_s, bound = roofline(cost.total_flops, total, peaks)
@@ -291,3 +312,84 @@ def step_roofline(info: ModelInfo, *, batch: int, tokens_fed: int, context_len: 
             pct = 100.0 * achieved / peaks.bandwidth_gbps
     return {"flops": cost.total_flops, "bytes": cost.bytes, "bound_s": bound_s, "bound": bound,
             "achieved_gbps": achieved, "pct_of_peak_bw": pct}
+
+
+# --- whole generations and batch knees ------------------------------------------------------------
+
+
+def generation_steps(prompt_len: int, new_tokens: int, use_cache: bool) -> list[tuple[int, int]]:
+    """(tokens_fed, context_len) of each forward pass that generates `new_tokens` tokens: the prefill
+    makes the first, then one decode pass per further token (fed 1 with a cache, everything without)."""
+    steps = [(prompt_len, prompt_len)]
+    for k in range(1, new_tokens):
+        context = prompt_len + k
+        steps.append((1 if use_cache else context, context))
+    return steps
+
+
+@dataclass
+class GenerationCost:
+    """Modelled totals of a whole generation (prefill + decode passes), with or without the cache."""
+
+    use_cache: bool
+    prompt_len: int
+    new_tokens: int
+    batch: int
+    flops: dict[str, float]  # summed over passes, by part
+    bytes: dict[str, float]
+    per_step_flops: list[float]
+    per_step_bytes: list[float]
+
+    @property
+    def total_flops(self) -> float:
+        return float(sum(self.flops.values()))
+
+    @property
+    def total_bytes(self) -> float:
+        return float(sum(self.bytes.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"use_cache": self.use_cache, "prompt_len": self.prompt_len, "new_tokens": self.new_tokens,
+                "batch": self.batch, "flops": dict(self.flops), "bytes": dict(self.bytes),
+                "total_flops": self.total_flops, "total_bytes": self.total_bytes}
+
+
+def generation_cost(info: ModelInfo, *, prompt_len: int, new_tokens: int, batch: int = 1, use_cache: bool = True,
+                    last_logits_only: bool = True) -> GenerationCost:
+    """Modelled FLOPs and bytes of generating `new_tokens` after a `prompt_len` prompt. Without the cache
+    every pass recomputes the whole prefix, so the total grows quadratically in the length.
+    last_logits_only: the LM head runs on the last position only (as generate() and Session do)."""
+    if not isinstance(new_tokens, int) or isinstance(new_tokens, bool) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a whole number >= 1, got {new_tokens!r}")
+    check_sizes(info, batch, prompt_len, prompt_len + new_tokens - 1, True)
+    flops: dict[str, float] = {}
+    nbytes: dict[str, float] = {}
+    per_flops, per_bytes = [], []
+    for fed, context in generation_steps(prompt_len, new_tokens, use_cache):
+        cost = forward_cost(info, batch=batch, tokens_fed=fed, context_len=context, use_cache=use_cache,
+                            logits_positions=1 if last_logits_only else None)
+        for k, v in cost.flops.items():
+            flops[k] = flops.get(k, 0.0) + v
+        for k, v in cost.bytes.items():
+            nbytes[k] = nbytes.get(k, 0.0) + v
+        per_flops.append(cost.total_flops)
+        per_bytes.append(cost.total_bytes)
+    return GenerationCost(use_cache=use_cache, prompt_len=prompt_len, new_tokens=new_tokens, batch=batch,
+                          flops=flops, bytes=nbytes, per_step_flops=per_flops, per_step_bytes=per_bytes)
+
+
+def decode_knee(info: ModelInfo, *, context_len: int, peaks, max_batch: int = 1 << 16) -> int | None:
+    """Smallest batch at which one decode step (1 token per row at `context_len`) becomes compute-bound
+    on `peaks`, or None if it stays memory-bound up to max_batch (long contexts: the KV read per row
+    grows as fast as the FLOPs per row). Modelled."""
+    def compute_bound(b: int) -> bool:
+        cost = forward_cost(info, batch=b, tokens_fed=1, context_len=context_len)
+        return roofline(cost.total_flops, cost.bound_bytes, peaks)[1] == "compute"
+
+    if not compute_bound(max_batch):
+        return None
+    lo, hi = 0, max_batch  # memory-bound at lo (or lo == 0), compute-bound at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
+    return hi

@@ -9,8 +9,10 @@ GPU, perf_counter after a synchronise elsewhere; see explorer.timing):
                 in cache move faster than DRAM allows; the roofline uses this for them)
     matmul      a @ b of two square matrices in `dtype`; FLOPs = 2 * N^3
 
-bandwidth_gbps = max(copy, read): the best DRAM figure measured, used as the roofline's peak and
-for pct_of_peak_bw (copy_gbps and read_gbps are kept beside it). The quick default takes about a
+bandwidth_gbps = max(copy, read) of the medians: the machine's measured bandwidth, against which
+pct_of_peak_bw is reported (copy_gbps and read_gbps are kept beside it). The roofline bound uses
+the *best* repeat instead (bound_gbps, bound_flops): a lower bound must not exceed what the machine
+was once seen to do, and on a shared machine medians drift with other people's load. The quick default takes about a
 second on a 2-core CPU and is cached per (device, dtype, threads); thorough=True uses larger sizes
 and more repeats. KNOWN_CHIPS are vendor figures: peaks built from them are *modelled*.
 """
@@ -42,17 +44,25 @@ class Peaks:
     read_gbps: float | None = None  # large read-only reduction
     cache_gbps: float | None = None  # copy of a buffer that fits the last-level cache
     cache_bytes: int | None = None  # last-level cache size (bytes); None when unknown
+    bound_gbps: float | None = None  # best repeat of copy/read: the roofline's bandwidth (None: bandwidth_gbps)
+    bound_flops: float | None = None  # best repeat of the matmul: the roofline's FLOP/s (None: flops)
     details: dict[str, Any] = field(default_factory=dict)  # sizes, repeats, threads, timer, source
 
     @property
     def tflops(self) -> float:
         return self.flops / 1e12
 
+    @property
+    def roofline_flops(self) -> float:
+        """FLOP/s the roofline bound divides by (the best matmul repeat when measured)."""
+        return self.bound_flops or self.flops
+
     def bandwidth_for(self, nbytes: float) -> float:
-        """GB/s the roofline assumes for a pass moving `nbytes`: cache speed if it fits the last-level cache."""
+        """GB/s the roofline bound assumes for a pass moving `nbytes` (cache speed if it fits the cache)."""
+        peak = self.bound_gbps or self.bandwidth_gbps
         if self.cache_gbps and self.cache_bytes and nbytes <= self.cache_bytes:
-            return max(self.cache_gbps, self.bandwidth_gbps)
-        return self.bandwidth_gbps
+            return max(self.cache_gbps, peak)
+        return peak
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,27 +161,32 @@ def last_level_cache_bytes(device: torch.device) -> int | None:
     return best[1]
 
 
-def _copy_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, Measurement]:
+def _rates(work: float, m: Measurement) -> tuple[float, float]:
+    """(median rate, best rate) of `work` units per repeat."""
+    return work / m.median, work / m.spread[0]
+
+
+def _copy_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
     n = nbytes // 4
     src = torch.ones(n, device=device)
     dst = torch.zeros(n, device=device)  # touch every page before timing
     m = time_repeats(lambda: dst.copy_(src), device, repeats=plan.repeats, warmup=plan.warmup)
-    return 2 * n * 4 / m.median / GB, m
+    return *_rates(2 * n * 4 / GB, m), m  # read + write
 
 
-def _read_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, Measurement]:
+def _read_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
     n = nbytes // 4
     src = torch.ones(n, device=device)
     m = time_repeats(lambda: src.sum(), device, repeats=plan.repeats, warmup=plan.warmup)
-    return n * 4 / m.median / GB, m
+    return *_rates(n * 4 / GB, m), m
 
 
-def _matmul_flops(n: int, dtype: torch.dtype, device: torch.device, plan: Plan) -> tuple[float, Measurement]:
+def _matmul_flops(n: int, dtype: torch.dtype, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     m = time_repeats(lambda: a @ b, device, repeats=plan.repeats, warmup=plan.warmup)
-    return 2.0 * n**3 / m.median, m
+    return *_rates(2.0 * n**3, m), m
 
 
 _BANDWIDTH: dict[tuple, dict[str, Any]] = {}
@@ -191,14 +206,17 @@ def _dtype_name(dtype: str | torch.dtype) -> str:
 def _bandwidth(device: torch.device, plan: Plan, thorough: bool) -> dict[str, Any]:
     key = (str(device), torch.get_num_threads(), thorough)
     if key not in _BANDWIDTH:
-        copy, m_copy = _copy_gbps(plan.buffer_bytes, device, plan)
-        read, m_read = _read_gbps(plan.buffer_bytes, device, plan)
+        copy, copy_best, m_copy = _copy_gbps(plan.buffer_bytes, device, plan)
+        read, read_best, m_read = _read_gbps(plan.buffer_bytes, device, plan)
         llc = last_level_cache_bytes(device)
         cache = None
-        if llc and llc // 4 >= (1 << 20):
-            cache, _ = _copy_gbps(llc // 4, device, Plan(llc // 4, 0, max(plan.repeats, 5)))
-        _BANDWIDTH[key] = {"copy_gbps": copy, "read_gbps": read, "cache_gbps": cache, "cache_bytes": llc,
-                           "copy": m_copy.to_dict(), "read": m_read.to_dict()}
+        if llc and llc // 4 >= (1 << 20):  # best of many short repeats: a cache-resident working set
+            small = Plan(llc // 4, 0, repeats=10)
+            cache = max(_copy_gbps(small.buffer_bytes, device, small)[1],
+                        _read_gbps(small.buffer_bytes, device, small)[1])
+        _BANDWIDTH[key] = {"copy_gbps": copy, "read_gbps": read, "best_gbps": max(copy_best, read_best),
+                           "cache_gbps": cache, "cache_bytes": llc, "copy": m_copy.to_dict(),
+                           "read": m_read.to_dict()}
     return _BANDWIDTH[key]
 
 
@@ -214,7 +232,7 @@ def measure(device: str | torch.device = "cpu", dtype: str | torch.dtype = "floa
         return _PEAKS[key]
     plan = _plan(dev, thorough)
     bw = _bandwidth(dev, plan, thorough)
-    flops, m_mm = _matmul_flops(plan.matmul_n, getattr(torch, name), dev, plan)
+    flops, flops_best, m_mm = _matmul_flops(plan.matmul_n, getattr(torch, name), dev, plan)
     details = {"buffer_bytes": plan.buffer_bytes, "matmul_n": plan.matmul_n, "repeats": plan.repeats,
                "warmup": plan.warmup, "threads": torch.get_num_threads(), "timer": m_mm.method,
                "statistic": "median", "thorough": thorough, "copy": bw["copy"], "read": bw["read"],
@@ -223,6 +241,7 @@ def measure(device: str | torch.device = "cpu", dtype: str | torch.dtype = "floa
         details["gpu"] = torch.cuda.get_device_name(dev)
     peaks = Peaks(device=str(dev), dtype=name, bandwidth_gbps=max(bw["copy_gbps"], bw["read_gbps"]), flops=flops,
                   method="measured", copy_gbps=bw["copy_gbps"], read_gbps=bw["read_gbps"],
-                  cache_gbps=bw["cache_gbps"], cache_bytes=bw["cache_bytes"], details=details)
+                  cache_gbps=bw["cache_gbps"], cache_bytes=bw["cache_bytes"], bound_gbps=bw["best_gbps"],
+                  bound_flops=flops_best, details=details)
     _PEAKS[key] = peaks
     return peaks
