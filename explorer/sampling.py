@@ -173,21 +173,73 @@ class Draw:
 def choose_token(final_logits: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> Draw:
     """argmax, or inverse-CDF sampling over tokens sorted by final probability (most likely first)."""
     probs = final_logits.float().softmax(dim=-1)  # [B, V]
+    if greedy:  # argmax, as generate() does (first index among ties); the CDF starts at 0
+        tokens = probs.argmax(dim=-1)  # [B]
+        hi = probs.gather(1, tokens.unsqueeze(-1)).squeeze(-1)
+        return Draw(tokens=tokens, u=[None] * probs.shape[0], cdf_lo=[0.0] * probs.shape[0], cdf_hi=hi.tolist())
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)
     cdf = sorted_p.cumsum(dim=-1)  # [B, V]
-    if greedy:
-        pos = torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device)
-        u = [None] * probs.shape[0]
-    else:
-        uu = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64).to(probs.device)  # [B]
-        thresholds = uu.to(cdf.dtype).unsqueeze(-1) * cdf[:, -1:]
-        pos = torch.searchsorted(cdf, thresholds, right=True).squeeze(-1)
-        pos = torch.minimum(pos, (sorted_p > 0).sum(dim=-1) - 1)  # never land on a filtered token
-        u = uu.tolist()
+    uu = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64).to(probs.device)  # [B]
+    thresholds = uu.to(cdf.dtype).unsqueeze(-1) * cdf[:, -1:]
+    pos = torch.searchsorted(cdf, thresholds, right=True).squeeze(-1)
+    pos = torch.minimum(pos, (sorted_p > 0).sum(dim=-1) - 1)  # never land on a filtered token
+    u = uu.tolist()
     tokens = order.gather(1, pos.unsqueeze(-1)).squeeze(-1)
     hi = cdf.gather(1, pos.unsqueeze(-1)).squeeze(-1)
     lo = hi - sorted_p.gather(1, pos.unsqueeze(-1)).squeeze(-1)
     return Draw(tokens=tokens, u=u, cdf_lo=lo.tolist(), cdf_hi=hi.tolist())
+
+
+def step_statistics(logits: torch.Tensor, stages: list[tuple[str, torch.Tensor]], tokens: torch.Tensor,
+                    top_n: int, row: int = 0) -> dict:
+    """Everything a recorded step needs about row `row`, in one pass and one device->host copy.
+
+    Equal to stage_summary() and entropy() (tests check it), but computes each distinct stage
+    tensor once (stages a setting leaves off return their input unchanged) and batches the work:
+    returns {"prob_raw", "prob_final", "rank_raw", "rank_final", "entropy_raw", "entropy_final",
+    "cdf_lo_final" (final mass ranked above the token), "stages", "top": [(id, raw, final)]}.
+    Ranks count tokens with a strictly larger logit (0 = most likely).
+    """
+    tensors = [logits] + [after for _, after in stages]
+    uniq: list[torch.Tensor] = []
+    where = [_index_by_identity(uniq, t) for t in tensors]  # position of each tensor in uniq
+    x = torch.stack([t[row].float() for t in uniq]) if len(uniq) > 1 else uniq[0][row:row + 1].float()  # [U, V]
+    logp = x.log_softmax(dim=-1)  # [U, V]
+    p = logp.exp()
+    finite = torch.isfinite(x)  # [U, V]
+    tok = tokens[row].view(1, 1).expand(x.shape[0], 1)  # [U, 1]
+    chosen = x.gather(1, tok)  # [U, 1]
+    above = x > chosen  # [U, V]
+    top_ids = torch.topk(x[0], top_n).indices  # [n] by raw probability
+    numbers = torch.cat([
+        torch.special.xlogy(p, p).sum(-1).neg(),  # [U] entropy in nats
+        finite.sum(-1).to(p.dtype),  # [U] tokens kept
+        (p @ finite.to(p.dtype).T).flatten(),  # [U*U] mass of p_i on tokens finite in j
+        p.gather(1, tok).squeeze(1),  # [U] probability of the token
+        above.sum(-1).to(p.dtype),  # [U] rank
+        (p * above).sum(-1),  # [U] mass ranked above
+        top_ids.to(p.dtype), p[:, top_ids].flatten(),  # [n], [U*n]
+    ]).tolist()
+    u, n = x.shape[0], top_n
+    ent, kept, mass = numbers[:u], numbers[u:2 * u], numbers[2 * u:2 * u + u * u]
+    prob, rank, lo = numbers[2 * u + u * u:3 * u + u * u], numbers[3 * u + u * u:4 * u + u * u], \
+        numbers[4 * u + u * u:5 * u + u * u]
+    rest = numbers[5 * u + u * u:]
+    ids, tops = rest[:n], rest[n:]
+    f = where[-1]
+    summary = [{"name": name, "mass": mass[where[i] * u + where[i + 1]], "kept": int(kept[where[i + 1]])}
+               for i, (name, _) in enumerate(stages)]
+    return {"prob_raw": prob[0], "prob_final": prob[f], "rank_raw": int(rank[0]), "rank_final": int(rank[f]),
+            "entropy_raw": ent[0], "entropy_final": ent[f], "cdf_lo_final": lo[f], "stages": summary,
+            "top": [(int(i), tops[j], tops[f * n + j]) for j, i in enumerate(ids)]}
+
+
+def _index_by_identity(uniq: list[torch.Tensor], t: torch.Tensor) -> int:
+    for i, u in enumerate(uniq):
+        if u is t:
+            return i
+    uniq.append(t)
+    return len(uniq) - 1
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ class Step:
     batch_size: int = 1
     row_tokens: list[int] | None = None  # the token of every row when batch_size > 1
     stop: str | None = None  # set on the last step: "eos" | "max_new_tokens" | "max_positions"
+    sampling: dict | None = None  # Sampling fields, only when they differ from Trace.settings (set_sampling)
     # Cost model (explorer.costs), filled in by the engine:
     flops: float | None = None  # modelled FLOPs of this forward pass (all rows)
     bytes: dict[str, float] | None = None  # modelled bytes moved, by part ("weights/mlp", "kv_read", ...)
