@@ -1,0 +1,676 @@
+"""The dashboard: controls and live charts over one explorer.Session.
+
+    from explorer.app import Dashboard
+    Dashboard()                      # a notebook cell ending in this displays it (also the Voila app)
+
+Thin views: every callback calls the core once (session.step(), fork/rewind/choose, a new
+Session) and re-renders from the Steps it returned. Errors never break the app: callbacks run
+through one Guard (explorer.app.guard) that shows a readable message in the `message` area;
+new Sessions and Sampling settings are built and validated first and only swapped in on success.
+
+Shared mode (a classroom server): Dashboard(shared=True, allowed_models=[...]) offers only the
+allow-list and hides the free-text model box. When those arguments are not given they come from
+the environment: EXPLORER_SHARED=1 and EXPLORER_MODELS_CONFIG=<path to JSON> holding
+{"models": ["bundled:target", ...]} or a bare list (the format `explorer app --shared` writes).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+
+import ipywidgets as W
+
+from explorer import plots
+from explorer.app import controls as C
+from explorer.app.export import download_link, trace_csv, trace_json
+from explorer.app.guard import Guard
+from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, resync
+from explorer.loading import LoadedModel, available_models, load
+from explorer.sampling import Sampling
+
+DEFAULT_PROMPT = "Once upon a time"
+MEMORY_HEADROOM = 0.8  # refuse to load a model whose weights exceed this share of free memory
+
+
+class Dashboard:
+    """Controls + token strip + distribution + latency / traffic / roofline / sweeps / speculative tabs.
+
+    dash.widget is the top-level container, dash.parts names every control, figure and message
+    area (the CSS class of each is `ie-<name>`), dash.session is the current explorer.Session.
+    """
+
+    def __init__(self, model: str | None = None, prompt: str = DEFAULT_PROMPT, *, sampling: Sampling | None = None,
+                 use_cache: bool = True, batch_size: int = 1, top_n: int = 20, max_new_tokens: int | None = 200,
+                 shared: bool | None = None, allowed_models: list[str] | None = None, lm: LoadedModel | None = None,
+                 measure_peaks: bool = True, play_render_interval_s: float = 0.05):
+        self.shared, self.allowed_models = _shared_config(shared, allowed_models)
+        self.measure_peaks = measure_peaks
+        self.play_render_interval_s = play_render_interval_s
+        self._models: dict[str, LoadedModel] = {}
+        if lm is not None:
+            self._models[lm.info.name] = lm
+        name = model or (lm.info.name if lm is not None else self._default_model())
+        self.run_settings = C.RunSettings(model=name, prompt=prompt, use_cache=use_cache, batch_size=batch_size,
+                                          top_n=top_n, max_new_tokens=max_new_tokens)
+        sampling = sampling or Sampling()
+        self.selected: int | None = None  # the step the distribution shows; None = the latest
+        self.color_by = "prob"
+        self.earlier: tuple[list, bool] | None = None  # (steps, use_cache) of the run before a cache toggle
+        self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step index, seconds)
+        self._quiet = False  # True while the code itself writes control values
+        self._pause = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._peaks_thread: threading.Thread | None = None
+        self._ceilings_shown = False
+
+        self.session = self._build_session(self.run_settings, sampling)  # raises: nothing to keep yet
+        self.guard: Guard  # set in _build_widgets
+        self._build_widgets(sampling)
+        self._warm_peaks()
+
+    # --- construction ------------------------------------------------------------------------------
+
+    def _default_model(self) -> str:
+        if self.allowed_models:
+            return self.allowed_models[0]
+        return "bundled:target"
+
+    def _model_names(self) -> list[str]:
+        names = list(self.allowed_models) if self.allowed_models else available_models()
+        current = self.run_settings.model if hasattr(self, "run_settings") else None
+        if current and current not in names and not self.shared and current in self._models:
+            names.append(current)
+        return names
+
+    def _build_widgets(self, sampling: Sampling) -> None:
+        self.message = W.HTML(value="", layout=W.Layout(width="100%"))
+        self.message.add_class("ie-message")
+        self.guard = Guard(self.message, on_finish=self._refresh_controls)
+        self.sampling_parts = C.sampling_controls(sampling)
+        self.run_parts = C.session_controls(self._model_names(), self.run_settings, free_text=not self.shared)
+        self.button_parts = C.buttons()
+        self.step_count = W.HTML(value="step 0")
+        self.step_count.add_class("ie-step-count")
+        self.color_toggle = W.ToggleButtons(options=[("probability", "prob"), ("entropy", "entropy")], value="prob",
+                                            style={"button_width": "90px"})
+        self.color_toggle.add_class("ie-color-by")
+        self.inspect = W.IntText(value=0, description="inspect step", continuous_update=False,
+                                 layout=W.Layout(width="170px"), style={"description_width": "80px"})
+        self.inspect.add_class("ie-inspect")
+
+        self.strip_text = StripText()
+        self.strip_text.set_prompt(self._prompt_shown())
+        self.strip = LiveChart(figure_widget(plots.strip_figure, self.color_by), lambda s: plots.strip_columns(s, self.color_by),
+                               "strip-chart", keep_last=plots.STRIP_WINDOW)
+        self.dist = Distribution()
+        lm = self.session.lm
+        self.latency = LiveChart(figure_widget(plots.latency_figure, lm.info.device, lm.info.dtype),
+                                 plots.latency_columns, "latency")
+        self.traffic = LiveChart(figure_widget(plots.traffic_figure), plots.traffic_columns, "traffic")
+        self.roofline = LiveChart(figure_widget(plots.roofline_figure), plots.roofline_columns, "roofline")
+        self.dist.show(None, None)
+        self._build_tabs()
+        self._wire()
+        self._layout()
+        self._refresh_controls()
+        self.guard.say(self._ready_text(), "info")
+
+    def _build_tabs(self) -> None:
+        from explorer.app.speculative_tab import SpeculativeTab
+        from explorer.app.sweeps_tab import SweepsTab
+
+        self.sweeps = SweepsTab(self)
+        self.speculative = SpeculativeTab(self)
+        self.export_what = W.Dropdown(options=["trace JSON", "trace CSV", "chart: token strip", "chart: distribution",
+                                               "chart: latency", "chart: traffic", "chart: roofline"],
+                                      value="trace JSON", description="export", layout=W.Layout(width="260px"))
+        self.export_button = W.Button(description="Prepare download", icon="download")
+        self.export_button.add_class("ie-export-button")
+        self.export_links = W.HTML(value="")
+        self.export_links.add_class("ie-export-links")
+        self.export_box = W.VBox([W.HBox([self.export_what, self.export_button]), self.export_links])
+        self.export_box.add_class("ie-export")
+        self.tabs = W.Tab(children=[self.latency.fig, self.traffic.fig, self.roofline.fig, self.sweeps.widget,
+                                    self.speculative.widget, self.export_box],
+                          titles=["Latency", "Memory traffic", "Roofline", "Sweeps", "Speculative", "Export"])
+        self.tabs.add_class("ie-tabs")
+
+    def _layout(self) -> None:
+        sp, rp, bp = self.sampling_parts, self.run_parts, self.button_parts
+        model_box = [rp["model"]] + ([rp["model-custom"]] if "model-custom" in rp else [])
+        side = W.VBox([W.HTML("<b>Model and prompt</b>"), *model_box, rp["prompt"], rp["cache"], rp["batch"],
+                       rp["top-n"], rp["max-tokens"], W.HTML("<b>Sampling</b> (applies from the next step)"),
+                       sp["temperature"], sp["top-k"], sp["top-p"], sp["min-p"], sp["repetition-penalty"], sp["seed"],
+                       sp["greedy"]], layout=W.Layout(width="270px", min_width="270px"))
+        self.strip_box = W.VBox([self.strip_text.widget, self.strip.fig], layout=W.Layout(width="100%"))
+        self.strip_box.add_class("ie-strip")
+        bar = W.HBox([bp["step"], bp["play"], bp["pause"], bp["rewind"], bp["reset"], self.step_count,
+                      self.color_toggle, self.inspect], layout=W.Layout(align_items="center", flex_flow="row wrap"))
+        main = W.VBox([bar, self.strip_box, self.dist.fig], layout=W.Layout(flex="1 1 auto", min_width="0"))
+        title = W.HTML("<h3 style='margin:4px 0'>Inference Explorer: one forward pass per token</h3>")
+        self.widget = W.VBox([title, self.message, W.HBox([side, main], layout=W.Layout(width="100%")), self.tabs],
+                             layout=W.Layout(width="100%"))
+        self.widget.add_class("ie-dashboard")
+        self.parts: dict[str, W.Widget] = {
+            **self.run_parts, **self.sampling_parts, **self.button_parts, "message": self.message,
+            "strip": self.strip_box, "strip-text": self.strip_text.widget, "strip-chart": self.strip.fig,
+            "step-count": self.step_count, "color-by": self.color_toggle, "inspect": self.inspect,
+            "dist": self.dist.fig, "latency": self.latency.fig, "traffic": self.traffic.fig,
+            "roofline": self.roofline.fig, "tabs": self.tabs, "sweeps": self.sweeps.widget,
+            "speculative": self.speculative.widget, "export": self.export_box, **self.sweeps.parts,
+            **self.speculative.parts, "export-button": self.export_button, "export-links": self.export_links,
+        }
+
+    def _wire(self) -> None:
+        g, bp = self.guard, self.button_parts
+        bp["step"].on_click(g.action("Step", lambda _: self.step()))
+        bp["play"].on_click(lambda _: self.play())
+        bp["pause"].on_click(lambda _: self.pause())
+        bp["rewind"].on_click(g.action("Rewind", lambda _: self.rewind()))
+        bp["reset"].on_click(g.action("Reset", lambda _: self.reset()))
+        for widget in self.sampling_parts.values():
+            widget.observe(self._on_sampling, names="value")
+        for widget in self.run_parts.values():
+            widget.observe(self._on_run_setting, names="value")
+        self.color_toggle.observe(lambda ch: self._quiet or g.call("Colouring", self.set_color_by, ch["new"],
+                                                                   while_busy=True), names="value")
+        self.inspect.observe(lambda ch: self._quiet or g.call("Inspect", self.select, ch["new"], while_busy=True),
+                             names="value")
+        self.strip.fig.data[0].on_click(self._on_strip_click)
+        final = next(t for t in self.dist.fig.data if t.name == "final")
+        raw = next(t for t in self.dist.fig.data if t.name == "raw")
+        final.on_click(self._on_bar_click)
+        raw.on_click(self._on_bar_click)
+        self.export_button.on_click(g.action("Export", lambda _: self.prepare_export(), while_busy=True))
+
+    # --- display -----------------------------------------------------------------------------------
+
+    def _resync(self) -> None:
+        """Before display: copy every figure's current data into its synced traits."""
+        figures = [self.strip.fig, self.dist.fig, self.latency.fig, self.traffic.fig, self.roofline.fig]
+        for fig in figures + self.sweeps.figures() + self.speculative.figures():
+            resync(fig)
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        self._resync()
+        return self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        self._resync()
+        display(self.widget)
+
+    # --- the core actions (each is one call into the engine, then a re-render) --------------------------
+
+    def step(self):
+        """One forward pass; returns its Step (None when the session has stopped)."""
+        if self.session.done:
+            self.guard.say(f"The session has stopped ({self.session.stop_reason}). Rewind, Reset, or raise "
+                           "max tokens to go on.", "info")
+            return None
+        self._wait_peaks()
+        t0 = time.perf_counter()
+        step = self.session.step()
+        t1 = time.perf_counter()
+        self.selected = None
+        self._render_new([step])
+        self.timings.append(("step", step.index, t1 - t0, time.perf_counter() - t1))
+        self._say_step(step)
+        return step
+
+    def rewind(self, k: int = 1) -> None:
+        """Drop the last k tokens (the cache is cropped, nothing recomputed) and redraw."""
+        n = len(self.session.steps)
+        if n == 0:
+            self.guard.say("Nothing to rewind: no step has been taken yet.", "info")
+            return
+        self.session.rewind(min(k, n))
+        self.selected = None
+        self._render_all()
+        self.guard.say(f"Rewound to step {len(self.session.steps)}.", "ok")
+
+    def reset(self) -> None:
+        """A new session with the current controls (the old one is kept if building the new one fails)."""
+        rs = C.read_run_settings(self.run_parts)
+        self._swap(self._build_session(rs, C.read_sampling(self.sampling_parts)), rs)
+        self.guard.say("New session: press Step or Play.", "ok")
+
+    def branch(self, step_index: int, token_id: int):
+        """Choose token_id at step step_index (a counterfactual) and continue from there.
+
+        Works on a fork, so a failure leaves the current session exactly as it was.
+        """
+        n = len(self.session.steps)
+        if not 0 <= step_index < n:
+            raise ValueError(f"step {step_index} does not exist (the session has {n} steps)")
+        trial = self.session.fork()
+        trial.rewind(n - step_index)
+        self._wait_peaks()
+        step = trial.choose(int(token_id))
+        self.session = trial
+        self.selected = None
+        self._render_all()
+        self.guard.say(f"Branched at step {step_index}: forced {plots.show_token(step.token_text)} (id {token_id}, "
+                       f"p final {step.prob_final:.3f}). Step or Play continues from here.", "ok")
+        return step
+
+    def select(self, index: int | None) -> None:
+        """Show the distribution of step `index` (None: follow the latest step)."""
+        steps = self.session.steps
+        if index is not None and not 0 <= index < len(steps):
+            raise ValueError(f"step {index} does not exist (the session has {len(steps)} steps, 0 to {len(steps) - 1})")
+        self.selected = None if index is None or index == len(steps) - 1 else index
+        self._show_distribution()
+
+    def set_color_by(self, color_by: str) -> None:
+        fresh = plots.strip_figure(color_by)  # only its coloraxis and title are used
+        self.color_by = color_by
+        self.strip.fig.update_layout(coloraxis=fresh.layout.coloraxis, title=fresh.layout.title)
+        self._render_strip(reset=True)
+
+    def set_sampling(self, sampling: Sampling) -> None:
+        """New sampling settings from the next step (validated first; on error nothing changes)."""
+        with self.guard.lock:
+            self.session.set_sampling(sampling)
+
+    # --- play / pause ----------------------------------------------------------------------------------
+
+    def play(self) -> bool:
+        """Step on a background thread until Pause, a stop, or max tokens. False if it could not start."""
+        if self.session.done:
+            self.guard.say(f"The session has stopped ({self.session.stop_reason}); Rewind or Reset first.", "info")
+            return False
+        if not self.guard.start("Play"):
+            return False
+        self._pause.clear()
+        self._thread = threading.Thread(target=self._play_loop, name="explorer-play", daemon=True)
+        self._thread.start()
+        return True
+
+    def pause(self) -> None:
+        """Stop Play after the step in progress."""
+        self._pause.set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until Play (or a sweep) has finished (for scripts and tests)."""
+        for thread in (self._thread, *self.sweeps.threads(), *self.speculative.threads()):
+            if thread is not None:
+                thread.join(timeout)
+
+    def _play_loop(self) -> None:
+        pending, start, count = [], time.perf_counter(), 0
+        last_render = start
+        try:
+            self._wait_peaks()
+            while not self._pause.is_set():
+                with self.guard.lock:
+                    if self.session.done:
+                        break
+                    t0 = time.perf_counter()
+                    step = self.session.step()
+                    pending.append(step)
+                    count += 1
+                    now = time.perf_counter()
+                    self.timings.append(("play", step.index, now - t0, 0.0))
+                    if now - last_render >= self.play_render_interval_s or self.session.done:
+                        self.selected = None
+                        self._render_new(pending)
+                        pending, last_render = [], time.perf_counter()
+                self.guard.yield_to_waiting()  # a click waiting for the lock gets it before the next step
+            with self.guard.lock:
+                if pending:
+                    self.selected = None
+                    self._render_new(pending)
+            rate = count / max(time.perf_counter() - start, 1e-9)
+            why = f"stopped: {self.session.stop_reason}" if self.session.done else "paused"
+            self.guard.say(f"Play {why} after {count} tokens ({rate:.1f} tokens/s, charts included).", "ok")
+        except Exception as err:  # noqa: BLE001 - shown, and the session keeps every completed step
+            with self.guard.lock:
+                if pending:
+                    self._render_new(pending)
+            self.guard.fail(err, "Play")
+        finally:
+            self.guard.finish()
+
+    # --- settings changes --------------------------------------------------------------------------------
+
+    def _on_sampling(self, change) -> None:
+        if self._quiet:
+            return
+        self.guard.call("Changing the sampling settings", self._apply_sampling, while_busy=True)
+
+    def _apply_sampling(self) -> None:
+        try:
+            sampling = C.read_sampling(self.sampling_parts)
+            self.session.set_sampling(sampling)
+        except Exception:
+            self._write_quietly(lambda: C.write_sampling(self.sampling_parts, self.session.sampling))
+            raise
+        self.guard.say("Sampling settings apply from the next step: " + _sampling_text(sampling), "ok")
+
+    def _on_run_setting(self, change) -> None:
+        if self._quiet:
+            return
+        if self.run_parts["model"].value == C.CUSTOM_MODEL and not self.run_parts.get("model-custom").value.strip():
+            self.guard.say("Type a hub id (e.g. Qwen/Qwen2.5-0.5B) or a local folder in 'hub id / path'.", "info")
+            return
+        if self.guard.busy:
+            self._write_quietly(lambda: C.write_run_settings(self.run_parts, self.run_settings))
+        self.guard.call("Changing the model or session settings", self._apply_run_settings)
+
+    def _apply_run_settings(self) -> None:
+        try:
+            rs = C.read_run_settings(self.run_parts)
+            if rs.model not in self._models:
+                self.guard.say(f"Loading {rs.model}…", "busy")
+            session = self._build_session(rs, self.session.sampling)
+        except Exception:
+            self._write_quietly(lambda: C.write_run_settings(self.run_parts, self.run_settings))
+            raise
+        old, old_rs = self.session, self.run_settings
+        if rs.use_cache != old_rs.use_cache and old.steps:
+            self.earlier = (list(old.steps), old_rs.use_cache)
+        self._swap(session, rs)
+        self.guard.say(f"New session ({_what_changed(old_rs, rs)}): press Step or Play.", "ok")
+
+    def _write_quietly(self, fn) -> None:
+        self._quiet = True
+        try:
+            fn()
+        finally:
+            self._quiet = False
+
+    # --- sessions and models -----------------------------------------------------------------------------
+
+    def _build_session(self, rs: C.RunSettings, sampling: Sampling):
+        """A new Session for `rs` (touches nothing of the current one; raises on any problem)."""
+        from explorer.engine import Session
+
+        if self.shared and self.allowed_models and rs.model not in self.allowed_models:
+            raise ValueError(f"{rs.model!r} is not offered on this server; choose one of {', '.join(self.allowed_models)}")
+        lm = self._load(rs.model)
+        return Session(lm, _prompt_input(lm, rs.prompt), sampling, use_cache=rs.use_cache, top_n=rs.top_n,
+                       max_new_tokens=rs.max_new_tokens, batch_size=rs.batch_size, roofline=self.measure_peaks)
+
+    def _load(self, name: str) -> LoadedModel:
+        if name in self._models:
+            return self._models[name]
+        _check_fits(name)
+        lm = load(name)
+        keep = {k: v for k, v in self._models.items() if k.startswith("bundled:")}  # drop big models we left
+        self._models = {**keep, name: lm}
+        return lm
+
+    def _swap(self, session, rs: C.RunSettings) -> None:
+        """Make `session` current and redraw everything from it."""
+        self.session, self.run_settings = session, rs
+        self.selected = None
+        self._ceilings_shown = False
+        lm = session.lm
+        self.latency.fig.update_layout(title=plots.latency_figure(lm.info.device, lm.info.dtype).layout.title)
+        self.strip_text.set_prompt(self._prompt_shown())
+        self._render_all()
+        self._warm_peaks()
+
+    def _prompt_shown(self) -> str:
+        """The prompt as typed (for a model without a tokenizer the Trace holds it as <id> texts)."""
+        return self.run_settings.prompt
+
+    # --- measured peaks (once per process, off the first click's path) ------------------------------------
+
+    def _warm_peaks(self) -> None:
+        if not self.measure_peaks:
+            return
+        from explorer import hardware
+
+        device, dtype = self.session.device, self.session.lm.model.dtype
+        self._peaks_thread = threading.Thread(target=_quietly, args=(hardware.measure, device, dtype),
+                                              name="explorer-peaks", daemon=True)
+        self._peaks_thread.start()
+
+    def _wait_peaks(self) -> None:
+        thread = self._peaks_thread
+        if thread is not None and thread.is_alive():
+            thread.join()
+
+    def peaks(self):
+        """This machine's measured peaks for the current model's device and dtype (None if not measured)."""
+        if not self.measure_peaks:
+            return None
+        from explorer import hardware
+
+        self._wait_peaks()
+        return hardware.measure(self.session.device, dtype=self.session.lm.model.dtype)
+
+    # --- rendering ---------------------------------------------------------------------------------------
+
+    def _render_new(self, steps) -> None:
+        """Append just-taken steps to every view (the per-step path: no O(n) work)."""
+        self.strip.append(steps)
+        self.strip.fig.plotly_relayout({"xaxis.range": plots.strip_range(steps[-1].index)})
+        self.strip_text.append(steps, self.color_by)
+        self._show_distribution()
+        self._count()
+        self.latency.append(steps)
+        self.traffic.append(steps)
+        self.roofline.append(steps)
+        self._show_ceilings()
+
+    def _render_all(self) -> None:
+        """Redraw every view from the session's steps (after rewind, branch, a new session)."""
+        steps = self.session.steps
+        self._render_strip(reset=True)
+        self._show_distribution()
+        self._count()
+        self.latency.reset(steps)
+        earlier = self.earlier
+        name = plots.earlier_run_name(earlier[1]) if earlier else "earlier run"
+        self.latency.fig.data[0].name = name
+        plots.replace(self.latency.fig, plots.earlier_run_columns(earlier[0] if earlier else [], name))
+        self.traffic.reset(steps)
+        self.roofline.reset(steps)
+        self._show_ceilings()
+
+    def _render_strip(self, reset: bool = False) -> None:
+        steps = self.session.steps
+        self.strip.reset(steps)
+        self.strip_text.reset(steps, self.color_by)
+        self.strip.fig.plotly_relayout({"xaxis.range": plots.strip_range(steps[-1].index if steps else 0)})
+
+    def _show_distribution(self) -> None:
+        steps = self.session.steps
+        index = self.selected if self.selected is not None else (len(steps) - 1 if steps else None)
+        self.dist.show(steps[index] if index is not None else None, self.run_settings.top_n)
+        if index is not None and self.inspect.value != index:
+            self._write_quietly(lambda: setattr(self.inspect, "value", index))
+
+    def _count(self) -> None:
+        steps = self.session.steps
+        last = steps[-1] if steps else None
+        extra = f" · {last.phase} {last.latency_s * 1e3:.1f} ms · {len(self.session.tokens)} tokens" if last else ""
+        stop = f" · stopped: {self.session.stop_reason}" if self.session.done else ""
+        self.step_count.value = f'<span class="ie-step-n">step {len(steps)}</span>{extra}{stop}'
+
+    def _show_ceilings(self) -> None:
+        hw = self.session.trace.hardware
+        if self._ceilings_shown or hw is None:
+            return
+        from explorer import hardware
+
+        dtype = self.session.lm.info.dtype
+        chips = {}
+        for name in hardware.KNOWN_CHIPS:
+            try:
+                chips[name] = hardware.chip_peaks(name, dtype)
+            except ValueError:  # the chip has no published figure for this dtype
+                continue
+        plots.set_ceilings(self.roofline.fig, hw, chips)
+        label = ", ".join(str(hw.get(k)) for k in ("device", "dtype", "method") if hw.get(k))
+        plots.set_peak_bandwidth(self.traffic.fig, hw.get("bandwidth_gbps"), label)
+        self._ceilings_shown = True
+
+    def _say_step(self, step) -> None:
+        if self.session.done:
+            self.guard.say(f"Stopped: {self.session.stop_reason}.", "info")
+        elif self.guard.last_error is not None or "ie-message-busy" in self.message.value:
+            self.guard.last_error = None
+            self.guard.say(f"Step {step.index}: {plots.show_token(step.token_text)} ({step.latency_s * 1e3:.1f} ms).",
+                           "ok")
+
+    def _ready_text(self) -> str:
+        info = self.session.lm.info
+        note = " (random weights: the text is meaningless, the costs are real)" if info.random_weights else ""
+        tok = "" if self.session.lm.tokenizer is not None else \
+            " It has no tokenizer: the prompt is fed as its UTF-8 bytes (or type token ids: 1 2 3) and tokens show as <id>."
+        return (f"{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} layers, on {info.device} "
+                f"{info.dtype}{note}.{tok} Press Step or Play.")
+
+    # --- clicks ------------------------------------------------------------------------------------------
+
+    def _on_strip_click(self, trace, points, state) -> None:
+        if points.point_inds:
+            index = int(trace.customdata[points.point_inds[0]])
+            self.guard.call("Selecting a step", self.select, index, while_busy=True)
+
+    def _on_bar_click(self, trace, points, state) -> None:
+        if not points.point_inds or self.dist.step is None:
+            return
+        token = self.dist.token_at(points.point_inds[0])
+        self.guard.call("Branching", self.branch, self.dist.step.index, token)
+
+    # --- controls state ----------------------------------------------------------------------------------
+
+    def _refresh_controls(self) -> None:
+        busy = self.guard.busy is not None
+        playing = busy and self.guard.busy == "Play"
+        stopped = self.session.done
+        for name in ("step", "rewind", "reset"):
+            self.button_parts[name].disabled = busy
+        self.button_parts["step"].disabled = busy or stopped
+        self.button_parts["play"].disabled = busy or stopped
+        self.button_parts["pause"].disabled = not playing
+        for widget in self.run_parts.values():
+            widget.disabled = busy
+        self.sweeps.set_busy(busy)
+        self.speculative.set_busy(busy)
+
+    # --- export ------------------------------------------------------------------------------------------
+
+    def prepare_export(self) -> str:
+        """Build the download link for the export dropdown's choice; returns its HTML."""
+        what = self.export_what.value
+        trace = self.session.trace
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        if what == "trace JSON":
+            link = download_link(trace_json(trace), f"trace-{stamp}.json")
+        elif what == "trace CSV":
+            link = download_link(trace_csv(trace), f"trace-{stamp}.csv")
+        else:
+            name = what.split(": ", 1)[1]
+            fig = {"token strip": self.strip.fig, "distribution": self.dist.fig, "latency": self.latency.fig,
+                   "traffic": self.traffic.fig, "roofline": self.roofline.fig}[name]
+            link = download_link(plots.figure_html(fig), f"{name.replace(' ', '-')}-{stamp}.html")
+        self.export_links.value = link
+        self.guard.say(f"Ready: click the link under Export to save the {what}.", "ok")
+        return link
+
+    def export(self, what: str = "json") -> str:
+        """The current trace as 'json' or 'csv' text (for scripts)."""
+        if what not in ("json", "csv"):
+            raise ValueError(f"export what must be 'json' or 'csv', got {what!r}")
+        return trace_json(self.session.trace) if what == "json" else trace_csv(self.session.trace)
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def _quietly(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - the step that needs the peaks measures again and reports
+        pass
+
+
+def _shared_config(shared: bool | None, allowed: list[str] | None) -> tuple[bool, list[str]]:
+    """Shared mode and allow-list from the arguments, else EXPLORER_SHARED / EXPLORER_MODELS_CONFIG."""
+    if shared is None:
+        shared = os.environ.get("EXPLORER_SHARED", "").strip().lower() in ("1", "true", "yes", "on")
+    if allowed is None and os.environ.get("EXPLORER_MODELS_CONFIG"):
+        from explorer.app.serve import read_models_config
+
+        allowed = read_models_config(os.environ["EXPLORER_MODELS_CONFIG"])
+    if allowed is not None:
+        if not isinstance(allowed, (list, tuple)) or not allowed or not all(isinstance(m, str) for m in allowed):
+            raise ValueError(f"allowed_models must be a non-empty list of model names, got {allowed!r}")
+        allowed = [m.strip() for m in allowed]
+    if shared and not allowed:
+        allowed = ["bundled:target", "bundled:draft"]
+    return bool(shared), list(allowed or [])
+
+
+def _prompt_input(lm: LoadedModel, text: str):
+    """The prompt as the Session takes it: text, or token ids for a model without a tokenizer.
+
+    Without a tokenizer, text of whole numbers ("1 2 3") is read as token ids; other text is fed
+    as its UTF-8 bytes (ids 0-255), so architecture-only shapes still run.
+    """
+    if lm.tokenizer is not None:
+        return text
+    parts = text.replace(",", " ").split()
+    if parts and all(p.isdigit() for p in parts):
+        return [int(p) for p in parts]
+    ids = list(text.encode("utf-8"))
+    if not ids:
+        raise ValueError(f"{lm.info.name} has no tokenizer: type a prompt (fed as bytes) or token ids such as 1 2 3")
+    return ids
+
+
+def _available_memory(device: str) -> int | None:
+    """Bytes free for new weights on `device` (MemAvailable on CPU, cudaMemGetInfo on CUDA)."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _check_fits(name: str) -> None:
+    """Refuse (MemoryError with a clear message) an architecture-only shape that would not fit in memory."""
+    if not name.startswith("arch:"):
+        return
+    from explorer.loading import arch_info, resolve_device, resolve_dtype
+
+    dev = resolve_device("auto")
+    dtype = str(resolve_dtype("auto", dev)).replace("torch.", "")
+    info = arch_info(name, dtype)  # built on the meta device: no memory allocated
+    free = _available_memory(str(dev))
+    if free is not None and info.weight_bytes > MEMORY_HEADROOM * free:
+        raise MemoryError(f"{name} needs {info.weight_bytes / 1e9:.1f} GB for its {dtype} weights but only "
+                          f"{free / 1e9:.1f} GB is free on {dev}: not loaded (out of memory). The current model "
+                          "is still loaded; choose a smaller one.")
+
+
+def _sampling_text(s: Sampling) -> str:
+    d = s.to_dict()
+    default = Sampling().to_dict()
+    changed = [f"{k}={v}" for k, v in d.items() if v != default[k]]
+    return ", ".join(changed) if changed else "plain sampling at temperature 1"
+
+
+def _what_changed(old: C.RunSettings, new: C.RunSettings) -> str:
+    names = {"model": "model", "prompt": "prompt", "use_cache": "KV cache", "batch_size": "batch size",
+             "top_n": "top-n", "max_new_tokens": "max tokens"}
+    changed = [label for key, label in names.items() if getattr(old, key) != getattr(new, key)]
+    return ", ".join(changed) + " changed" if changed else "same settings"
+

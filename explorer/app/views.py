@@ -1,0 +1,147 @@
+"""Live views: FigureWidgets that append a step's columns (explorer.plots) instead of rebuilding.
+
+Each LiveChart keeps the numpy columns it shows; `append(steps)` concatenates the new steps'
+columns and sends them in one restyle per property group (numeric arrays travel as binary
+buffers). `reset(steps)` rebuilds from a list of steps (after a rewind, a branch, a new session).
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+from collections.abc import Callable, Sequence
+from copy import deepcopy
+
+import ipywidgets as W
+import numpy as np
+import plotly.graph_objects as go
+
+from explorer import plots
+from explorer.trace import Step
+
+
+@functools.lru_cache(maxsize=64)
+def _spec(builder: Callable[..., go.Figure], args: tuple) -> dict:
+    return builder(*args).to_dict()
+
+
+def figure_widget(builder: Callable[..., go.Figure], *args) -> go.FigureWidget:
+    """A FigureWidget of plots.<builder>(*args), layout in the constructor. The built figure is cached per
+    process as a dict (make_subplots figures take ~0.1-0.2 s to build; a widget from the dict ~20 ms)."""
+    from explorer.app.serve import figure_widget_class  # under `explorer app`: plotly's JS fetched once per page
+
+    return figure_widget_class()(deepcopy(_spec(builder, args)))
+
+
+def resync(fig: go.FigureWidget) -> None:
+    """Copy the Python-side figure into its synced traits, so a view created now shows current data.
+
+    (FigureWidget does this only when displayed on its own; inside a container it would show the
+    data it had when constructed.)
+    """
+    fig._widget_data = deepcopy(fig._data)
+    fig._widget_layout = deepcopy(fig._layout_obj._props)
+
+
+class LiveChart:
+    """A FigureWidget built from a plots.*_figure() (layout in the constructor) plus its data buffers."""
+
+    def __init__(self, figure: go.FigureWidget, columns: Callable[[Sequence[Step]], plots.Columns], css: str,
+                 keep_last: int | None = None):
+        self.fig = figure  # built with its layout in the constructor (plotly 7 keeps it)
+        self.fig.add_class(f"ie-{css}")
+        self.columns = columns
+        self.keep_last = keep_last
+        self.buffers: plots.Columns = {}
+
+    def append(self, steps: Sequence[Step]) -> None:
+        if not steps:
+            return
+        self.buffers = plots.concat(self.buffers, self.columns(steps), keep_last=self.keep_last)
+        plots.replace(self.fig, self.buffers)
+
+    def reset(self, steps: Sequence[Step] = ()) -> None:
+        """Show exactly `steps` (the last keep_last of them)."""
+        empty = {name: {prop: arr[:0] for prop, arr in props.items()} for name, props in self.buffers.items()}
+        self.buffers = {}
+        if empty:
+            plots.replace(self.fig, empty)
+        steps = list(steps)
+        self.append(steps[-self.keep_last:] if self.keep_last else steps)
+
+    def resync(self) -> None:
+        resync(self.fig)
+
+    def point_count(self, name: str) -> int:
+        trace = next(t for t in self.fig.data if t.name == name)
+        return 0 if trace.x is None else len(trace.x)
+
+
+class StripText:
+    """The generated text as coloured spans (an HTML widget, class ie-strip-text), windowed.
+
+    Spans are built once per token and kept; the widget shows the prompt and the last `window`
+    tokens, so a step costs the same at step 1,000 as at step 10.
+    """
+
+    def __init__(self, window: int = 400):
+        self.window = window
+        self.widget = W.HTML(value="", layout=W.Layout(width="100%"))
+        self.widget.add_class("ie-strip-text")
+        self.prompt_html = ""
+        self.spans: list[str] = []
+
+    def set_prompt(self, prompt: str) -> None:
+        self.prompt_html = f'<span class="ie-prompt" style="color:#777">{html.escape(prompt)}</span>'
+
+    def reset(self, steps: Sequence[Step], color_by: str = "prob") -> None:
+        self.spans = [self.span(s, color_by) for s in steps]
+        self.render()
+
+    def append(self, steps: Sequence[Step], color_by: str = "prob") -> None:
+        self.spans.extend(self.span(s, color_by) for s in steps)
+        self.render()
+
+    def render(self) -> None:
+        hidden = len(self.spans) - self.window
+        shown = self.spans[-self.window:]
+        more = f'<span style="color:#999">[… {hidden} earlier tokens] </span>' if hidden > 0 else ""
+        self.widget.value = (
+            '<div style="font-family:ui-monospace,Menlo,Consolas,monospace;font-size:14px;white-space:pre-wrap;'
+            'line-height:1.7;padding:6px;border:1px solid #ddd;border-radius:4px;max-height:9em;overflow-y:auto">'
+            f"{self.prompt_html}{more}{''.join(shown)}</div>")
+
+    @staticmethod
+    def span(s: Step, color_by: str = "prob") -> str:
+        value = s.prob_final if color_by == "prob" else max(0.0, 1.0 - s.entropy_final / 5.0)
+        hue = int(120 * min(max(value, 0.0), 1.0))  # red (unlikely / uncertain) -> green
+        border = "border-bottom:2px solid #222;" if s.phase == "prefill" else ""
+        deco = "text-decoration:underline wavy #555;" if s.forced else ""
+        title = html.escape(f"step {s.index}: id {s.token_id}, p={s.prob_final:.3f}, H={s.entropy_final:.2f}"
+                            + (" (forced)" if s.forced else ""), quote=True)
+        return (f'<span class="ie-tok" data-step="{s.index}" title="{title}" '
+                f'style="background:hsl({hue},70%,85%);{border}{deco}">{html.escape(s.token_text)}</span>')
+
+
+class Distribution:
+    """The distribution panels of one selected step (replaced per selection: ~20 bars, 5 stages)."""
+
+    def __init__(self):
+        self.fig = figure_widget(plots.distribution_figure)
+        self.fig.add_class("ie-dist")
+        self.step: Step | None = None
+
+    def show(self, step: Step | None, top_n: int | None) -> None:
+        self.step = step
+        if step is None:
+            cols = {t.name: {"x": np.empty(0), "y": np.empty(0)} for t in self.fig.data}
+            plots.replace(self.fig, cols)
+            self.fig.plotly_relayout({"title.text": "Next-token distribution (press Step)"})
+            return
+        plots.replace(self.fig, plots.distribution_columns(step, top_n))
+        self.fig.plotly_relayout(plots.distribution_labels(step, top_n))
+
+    def token_at(self, point_index: int) -> int:
+        """The token id of the bar at point_index (customdata of the 'final' trace)."""
+        final = next(t for t in self.fig.data if t.name == "final")
+        return int(final.customdata[point_index])

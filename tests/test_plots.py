@@ -1,0 +1,262 @@
+"""explorer.plots on hand-built Steps and Traces: every chart's data is what the records say."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from explorer import plots
+from explorer.trace import Step, Trace
+
+PEAKS = {"bandwidth_gbps": 10.0, "flops": 1e11, "device": "cpu", "dtype": "float32", "method": "measured"}
+
+
+def make_step(i: int, *, forced: bool = False, greedy: bool = False, n_top: int = 5) -> Step:
+    top = [{"id": 100 + j, "text": f" w{j}", "raw": 0.4 / (j + 1), "final": 0.5 / (j + 1)} for j in range(n_top)]
+    chosen = top[i % n_top]
+    draw = {"u": None if greedy else 0.3 + 0.01 * i, "cdf_lo": 0.2, "cdf_hi": 0.45, "greedy": greedy}
+    return Step(index=i, phase="prefill" if i == 0 else "decode", tokens_fed=6 if i == 0 else 1,
+                context_len=6 + i, token_id=chosen["id"], token_text=chosen["text"], forced=forced,
+                prob_raw=chosen["raw"], prob_final=chosen["final"], rank_raw=i % n_top, rank_final=i % n_top,
+                entropy_raw=1.5 + 0.1 * i, entropy_final=1.0 + 0.1 * i, top=top,
+                stages=[{"name": "repetition_penalty", "mass": 1.0, "kept": 4096},
+                        {"name": "top_k", "mass": 0.8, "kept": 40}, {"name": "top_p", "mass": 0.9, "kept": 12}],
+                draw=draw, latency_s=(0.02 if i == 0 else 0.005 + 0.0001 * i), kv_cache_bytes=4096 * (7 + i),
+                flops=2e7 * (6 if i == 0 else 1),
+                bytes={"weights/attention": 1e6, "weights/mlp": 2e6, "weights/lm_head": 5e5, "kv_read": 1e3 * i,
+                       "kv_write": 512.0, "activations": 256.0},
+                achieved_gbps=None if i % 2 else 0.7)
+
+
+def make_trace(n: int = 8, **kw) -> Trace:
+    return Trace(prompt="Once", settings={"use_cache": True}, model={"name": "hand"}, device="cpu", dtype="float32",
+                 steps=[make_step(i) for i in range(n)], hardware=PEAKS, **kw)
+
+
+def by_name(fig: go.Figure, name: str):
+    return next(t for t in fig.data if t.name == name)
+
+
+# --- generic helpers ----------------------------------------------------------------------------------
+
+
+def test_concat_appends_and_windows():
+    a = {"t": {"x": np.arange(3.0), "y": np.ones(3)}}
+    b = {"t": {"x": np.array([3.0, 4.0]), "y": np.zeros(2)}, "u": {"x": np.array([9.0])}}
+    out = plots.concat(a, b, keep_last=4)
+    assert out["t"]["x"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert out["t"]["y"].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert out["u"]["x"].tolist() == [9.0]
+    assert a["t"]["x"].tolist() == [0.0, 1.0, 2.0]  # inputs untouched
+
+
+def test_replace_unknown_trace_raises_and_changes_nothing():
+    fig = plots.latency_figure()
+    with pytest.raises(KeyError, match="no trace named"):
+        plots.replace(fig, {"decode": {"x": np.arange(2.0), "y": np.ones(2)}, "nope": {"x": np.arange(1.0)}})
+    assert len(by_name(fig, "decode").x) == 0
+
+
+def test_extend_reads_back_and_appends_on_a_plain_figure():
+    fig = plots.latency_figure()
+    plots.extend(fig, plots.latency_columns([make_step(0), make_step(1)]))
+    plots.extend(fig, plots.latency_columns([make_step(2)]))
+    assert list(by_name(fig, "decode").x) == [1.0, 2.0]
+    assert list(by_name(fig, "prefill").y) == [20.0]
+
+
+def test_show_token_makes_whitespace_visible():
+    assert plots.show_token(" the\n") == "·the⏎"
+    assert plots.show_token("") == "∅"
+
+
+# --- token strip ----------------------------------------------------------------------------------------
+
+
+def test_strip_columns_colour_mark_prefill_and_forced():
+    steps = [make_step(0), make_step(1, forced=True), make_step(2)]
+    cols = plots.strip_columns(steps)["tokens"]
+    assert cols["x"].tolist() == [0, 1, 2]
+    assert cols["customdata"].tolist() == [0, 1, 2]
+    assert cols["marker.color"].tolist() == pytest.approx([s.prob_final for s in steps])
+    assert list(cols["marker.pattern.shape"]) == ["", "x", ""]
+    assert cols["marker.line.width"][0] > cols["marker.line.width"][1]  # prefill outlined
+    assert list(cols["text"]) == [plots.show_token(s.token_text) for s in steps]
+    ent = plots.strip_columns(steps, "entropy")["tokens"]["marker.color"]
+    assert ent.tolist() == pytest.approx([s.entropy_final for s in steps])
+    with pytest.raises(ValueError, match="color_by"):
+        plots.strip_columns(steps, "rank")
+
+
+def test_token_strip_window_keeps_the_last_tokens():
+    fig = plots.token_strip(make_trace(12), window=5)
+    assert list(fig.data[0].x) == [7, 8, 9, 10, 11]
+    lo, hi = fig.layout.xaxis.range
+    assert lo < 7 <= 11 < hi
+
+
+# --- distribution ------------------------------------------------------------------------------------------
+
+
+def test_distribution_columns_bars_chosen_and_stages():
+    step = make_step(2)
+    cols = plots.distribution_columns(step, top_n=4)
+    assert cols["raw"]["y"].tolist() == pytest.approx([t["raw"] for t in step.top[:4]])
+    assert cols["final"]["y"].tolist() == pytest.approx([t["final"] for t in step.top[:4]])
+    assert cols["final"]["customdata"].tolist() == [t["id"] for t in step.top[:4]]
+    widths = cols["final"]["marker.line.width"].tolist()
+    assert widths.index(max(widths)) == 2 and sorted(widths)[-2] == 0  # only the chosen bar is outlined
+    assert list(cols["stages"]["x"]) == ["repetition penalty", "top k", "top p"]
+    assert cols["stages"]["y"].tolist() == pytest.approx([1.0, 0.8, 0.9])
+    assert list(cols["stages"]["text"]) == ["4,096", "40", "12"]
+
+
+def test_distribution_cdf_and_the_draw():
+    step = make_step(3)
+    cols = plots.distribution_columns(step)
+    cdf = cols["cdf"]["y"]
+    assert np.all(np.diff(cdf) >= 0)
+    assert cdf[-1] == pytest.approx(sum(t["final"] for t in step.top))
+    assert cols["u"]["y"].tolist() == [step.draw["u"]] * 2
+    assert cols["chosen band"]["y"].tolist() == [step.draw["cdf_lo"], step.draw["cdf_hi"]]
+    assert cols["chosen band"]["x"].tolist() == [step.rank_final] * 2
+    greedy = plots.distribution_columns(make_step(3, greedy=True))
+    assert "greedy" in greedy["u"]["text"][0]
+    forced = plots.distribution_columns(make_step(3, forced=True, greedy=True))
+    assert "forced" in forced["u"]["text"][0]
+
+
+def test_distribution_labels_and_figure():
+    step = make_step(1)
+    labels = plots.distribution_labels(step, top_n=3)
+    assert labels["xaxis.ticktext"] == ["·w0", "·w1", "·w2"]
+    assert "Step 1" in labels["title.text"] and "sampled" in labels["title.text"]
+    fig = plots.distribution(step, top_n=3)
+    assert len(by_name(fig, "final").y) == 3
+    assert fig.layout.xaxis.ticktext == ("·w0", "·w1", "·w2")
+
+
+# --- latency, traffic, roofline ------------------------------------------------------------------------------
+
+
+def test_latency_phases_and_earlier_run():
+    trace = make_trace(5)
+    earlier = make_trace(3)
+    earlier.settings["use_cache"] = False
+    fig = plots.latency(trace, earlier)
+    assert list(by_name(fig, "prefill").x) == [0]
+    assert list(by_name(fig, "decode").x) == [1, 2, 3, 4]
+    assert list(by_name(fig, "decode").y) == pytest.approx([s.latency_s * 1e3 for s in trace.steps[1:]])
+    assert fig.data[0].name == "earlier run (cache off)"
+    assert len(fig.data[0].y) == 3
+    assert "measured" in fig.layout.title.text
+
+
+def test_traffic_parts_add_up_to_the_step_bytes():
+    trace = make_trace(4)
+    cols = plots.traffic_columns(trace.steps)
+    total = sum(cols[part]["y"] for part in plots.TRAFFIC_PARTS)
+    assert total.tolist() == pytest.approx([s.total_bytes / plots.MB for s in trace.steps])
+    assert cols["weights"]["y"][0] == pytest.approx(3.5)  # attention + mlp + lm_head, MB
+    assert cols["other"]["y"].tolist() == [0, 0, 0, 0]
+    achieved = cols["achieved GB/s"]["y"]
+    assert achieved[0] == pytest.approx(0.7)  # given by the engine
+    s1 = trace.steps[1]
+    assert achieved[1] == pytest.approx(s1.total_bytes / s1.latency_s / 1e9)  # derived when missing
+    assert cols["KV cache"]["y"].tolist() == pytest.approx([s.kv_cache_bytes / plots.MB for s in trace.steps])
+    assert plots.traffic_group("weights/mlp") == "weights" and plots.traffic_group("lora") == "other"
+
+
+def test_traffic_figure_draws_the_measured_peak_once():
+    fig = plots.traffic(make_trace(3))
+    assert len(fig.layout.shapes) == 1 and fig.layout.shapes[0].y0 == 10.0
+    plots.set_peak_bandwidth(fig, 20.0)
+    assert len(fig.layout.shapes) == 1 and fig.layout.shapes[0].y0 == 20.0
+    assert sum("measured peak" in (a.text or "") for a in fig.layout.annotations) == 1
+    plots.set_peak_bandwidth(fig, None)
+    assert len(fig.layout.shapes) == 0
+
+
+def test_roofline_points_and_ceilings():
+    trace = make_trace(4)
+    fig = plots.roofline(trace, {"Chip A": {"bandwidth_gbps": 100.0, "flops": 1e13}})
+    dec = by_name(fig, "decode")
+    s = trace.steps[1]
+    assert dec.x[0] == pytest.approx(s.flops / s.total_bytes)
+    assert dec.y[0] == pytest.approx(s.flops / s.latency_s)
+    assert list(dec.customdata) == [1, 2, 3]
+    measured = next(t for t in fig.data if t.name.startswith("this machine (measured"))
+    x, y = np.asarray(measured.x), np.asarray(measured.y)
+    assert np.allclose(y, np.minimum(1e11, x * 10e9))
+    chip = next(t for t in fig.data if t.name.startswith("Chip A"))
+    assert "modelled" in chip.name and chip.visible == "legendonly"
+    plots.set_ceilings(fig, None)  # peaks unknown: only the points stay
+    assert [t.name for t in fig.data] == ["prefill", "decode"]
+
+
+def test_roofline_skips_steps_without_costs():
+    steps = [make_step(0), make_step(1)]
+    steps[1].flops = None
+    assert "decode" not in plots.roofline_columns(steps)
+
+
+def test_figure_html_is_standalone():
+    page = plots.figure_html(plots.latency(make_trace(3)), title="latency")
+    assert "<html>" in page[:100] and "plotly.js" in page.lower() and len(page) > 1_000_000
+    assert "<script src=" not in page  # plotly.js inlined, no CDN: opens offline
+
+
+def test_charts_replay_from_a_saved_trace():
+    trace = make_trace(6)
+    again = Trace.from_json(trace.to_json())
+    for chart in (plots.token_strip, plots.latency, plots.traffic, plots.roofline):
+        a, b = chart(trace), chart(again)
+        assert [list(t.y) for t in a.data if t.y is not None] == [list(t.y) for t in b.data if t.y is not None]
+
+
+# --- speculative ----------------------------------------------------------------------------------------------
+
+
+def make_round(index: int, k: int, accepted: int, bonus: bool) -> dict:
+    drafts = []
+    for i in range(k):
+        state = True if i < accepted else (False if i == accepted else None)
+        drafts.append({"id": 10 + i, "text": f"d{i}", "q": 0.5, "p": 0.4, "accept_prob": 0.8, "overlap": 0.7,
+                       "u": 0.1, "accepted": state, "draw": {}})
+    residual = None if bonus else {"position": accepted, "id": 99, "text": "r", "mass": 0.3}
+    return {"index": index, "k": k, "drafts": drafts, "accepted": accepted, "residual": residual,
+            "bonus": {"id": 77, "text": "b", "p": 0.6} if bonus else None}
+
+
+def test_rounds_columns_mark_every_outcome():
+    rounds = [make_round(0, 3, 3, bonus=True), make_round(1, 3, 1, bonus=False)]
+    cols = plots.rounds_columns(rounds)
+    assert cols["accepted"]["x"].tolist() == [0, 1, 2, 0]
+    assert cols["accepted"]["y"].tolist() == [0, 0, 0, 1]
+    assert cols["bonus"]["x"].tolist() == [3] and cols["bonus"]["y"].tolist() == [0]
+    assert cols["rejected"]["x"].tolist() == [1] and cols["rejected"]["y"].tolist() == [1]
+    assert cols["not tested"]["x"].tolist() == [2]
+    assert cols["resampled"]["x"].tolist() == [1] and list(cols["resampled"]["text"]) == ["r"]
+
+
+def test_alpha_columns_append_equals_one_shot():
+    rounds = [make_round(0, 4, 4, True), make_round(1, 4, 0, False), make_round(2, 4, 2, False)]
+    whole = plots.alpha_columns(rounds)
+    counts: dict = {"tested": 0, "accepted": 0, "overlap_sum": 0.0, "overlap_n": 0}
+    parts = [plots.alpha_columns([r], counts) for r in rounds]
+    run = np.concatenate([p["running alpha (accepted / tested)"]["y"] for p in parts])
+    assert run.tolist() == pytest.approx(whole["running alpha (accepted / tested)"]["y"].tolist())
+    assert run[-1] == pytest.approx((4 + 0 + 2) / (4 + 1 + 3))
+    assert whole["accepted / k this round"]["y"].tolist() == pytest.approx([1.0, 0.0, 0.5])
+
+
+def test_speedup_columns_keep_missing_values_as_gaps():
+    rows = [{"k": 1, "predicted": 1.2, "predicted_with_verify_cost": 1.1, "measured": 0.9},
+            {"k": 2, "predicted": None, "predicted_with_verify_cost": None, "measured": 1.3}]
+    fig = plots.speedup_figure(rows)
+    pred = fig.data[0].y
+    assert pred[0] == pytest.approx(1.2) and math.isnan(pred[1])
+    assert list(by_name(fig, "measured (forward passes)").y) == pytest.approx([0.9, 1.3])
