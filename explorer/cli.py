@@ -159,12 +159,163 @@ def _cmd_bench_overhead(args) -> int:
     return 0
 
 
-BENCH_COMMANDS = [_add_bench_overhead]
+# --- explorer speculate / bench speculative ------------------------------------------------------
+
+
+def _add_sampling_flags(p) -> None:
+    p.add_argument("--temperature", type=float, default=1.0, help="0 means greedy")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--min-p", type=float, default=0.0, help="0 = off")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off")
+    p.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
+    p.add_argument("--seed", type=int, default=None)
+
+
+def _sampling_of(args):
+    from explorer import Sampling
+
+    return Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                    repetition_penalty=args.repetition_penalty, seed=args.seed, greedy=args.greedy)
+
+
+def _add_speculate(sub) -> None:
+    p = sub.add_parser("speculate", help="speculative decoding round by round: draft proposals, verdicts, residual")
+    p.add_argument("--target", default="bundled:target", help="the model whose distribution is kept")
+    p.add_argument("--draft", default="bundled:draft", help="the cheap proposer (same tokenizer as the target)")
+    p.add_argument("--prompt", default=None, help="the prompt text")
+    p.add_argument("--prompt-ids", default=None, metavar="IDS", help="comma-separated token ids instead of --prompt")
+    p.add_argument("--k", type=int, default=4, help="draft tokens proposed per round")
+    p.add_argument("--adaptive", action="store_true", help="grow k after a full acceptance, shrink after a rejection")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    _add_sampling_flags(p)
+    p.add_argument("--top-n", type=int, default=5, help="entries kept of each residual distribution")
+    p.add_argument("--json", action="store_true", help="print rounds, tokens and statistics as JSON")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_speculate)
+
+
+def _cmd_speculate(args) -> int:
+    from explorer.loading import load
+    from explorer.speculative import SpeculativeSession, check_k
+
+    check_k(args.k)
+    sampling, prompt = _sampling_of(args), _prompt_arg(args)
+    target = load(args.target, device=args.device, dtype=args.dtype)
+    draft = load(args.draft, device=args.device, dtype=args.dtype)
+    session = SpeculativeSession(target, draft, prompt, sampling, k=args.k, top_n=args.top_n,
+                                 max_new_tokens=args.max_new_tokens, adaptive=args.adaptive, record_steps=False)
+    if args.json:
+        session.run(args.max_new_tokens)
+        _print_json({"target": target.info.name, "draft": draft.info.name, "prompt_ids": session.prompt_ids,
+                     "settings": session.trace.settings | {"draft_model": draft.info.name},
+                     "tokens": session.tokens, "text": session.text, "stop_reason": session.stop_reason,
+                     "stats": session.stats(), "rounds": [r.to_dict() for r in session.rounds]})
+        return 0
+    print(f"target {target.info.name}, draft {draft.info.name} on {target.device} ({target.info.dtype}); "
+          f"{'greedy' if sampling.is_greedy else 'sampling'}, k={args.k}{' adaptive' if args.adaptive else ''}")
+    print("a draft token is kept with probability min(1, p/q); + kept, x rejected, . not tested")
+    print(f"{'round':>5} {'k':>2}  {'drafts':<44} {'emitted':<28} {'draft ms':>8} {'verify ms':>9}")
+    for r in session:
+        marks = {True: "+", False: "x", None: "."}
+        drafts = " ".join(f"{marks[d['accepted']]}{d['text']!r}" for d in r.drafts)
+        tail = "residual" if r.residual else "bonus"
+        print(f"{r.index:>5} {r.k:>2}  {drafts[:44]:<44} {repr(''.join(r.texts))[:20]:<20} +{tail:<7} "
+              f"{r.draft_s * 1e3:>8.2f} {r.verify_s * 1e3:>9.2f}")
+    st = session.stats()
+    print(f"stop: {session.stop_reason}; {st['emitted']} tokens in {st['rounds']} rounds "
+          f"({st['mean_tokens_per_round']:.2f} per round, {st['verify_passes']} target passes)")
+    if st["alpha"] is not None:
+        print(f"alpha (accepted / tested) = {st['alpha']:.3f}, from the distributions sum min(p, q) = "
+              f"{st['alpha_overlap']:.3f}; mean accepted {st['mean_accepted']:.2f}; accepted-length histogram "
+              f"{st['accepted_histogram']}")
+    print(f"text: {session.text!r}")
+    return 0
+
+
+def _add_bench_speculative(bench) -> None:
+    p = bench.add_parser("speculative", help="alpha, accepted length, predicted vs measured speedup per k")
+    p.add_argument("--target", default="bundled:target")
+    p.add_argument("--draft", default="bundled:draft")
+    p.add_argument("--prompt", default="Once upon a time", help="prompt text (models without a tokenizer: ids 1..8)")
+    p.add_argument("--k", default="1..8", help="a range 1..8, a list 1,2,4 or one number")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per run (speculative and target-only)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--modes", default="greedy,sample", help="greedy and/or sample (plain sampling at temperature 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch-pair", nargs=2, default=None, metavar=("TARGET", "DRAFT"),
+                   help="also time the passes of two (arch:) models, e.g. arch:qwen2.5-0.5b arch:smollm2-135m, "
+                        "for their cost ratio c and the alpha from which the method pays off")
+    p.add_argument("--context-len", type=int, default=64, help="cached prefix for the --arch-pair timing")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_bench_speculative)
+
+
+def _cmd_bench_speculative(args) -> int:
+    from explorer import Sampling
+    from explorer.loading import load
+    from explorer.speculative import benchmark, measure_cost_ratio, parse_ks
+
+    ks = parse_ks(args.k)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - {"greedy", "sample"}:
+        raise ValueError(f"--modes takes greedy and/or sample, got {args.modes!r}")
+    target = load(args.target, device=args.device, dtype=args.dtype)
+    draft = load(args.draft, device=args.device, dtype=args.dtype)
+    prompt = args.prompt if target.tokenizer is not None else list(range(1, 9))
+    rows = []
+    for mode in modes:
+        s = Sampling(greedy=True) if mode == "greedy" else Sampling(temperature=1.0, seed=args.seed)
+        rows += benchmark(target, draft, prompt, s, ks, n_tokens=args.max_new_tokens, repeats=args.repeats)
+    pair = None
+    if args.arch_pair:
+        pair = measure_cost_ratio(load(args.arch_pair[0], device=args.device, dtype=args.dtype),
+                                  load(args.arch_pair[1], device=args.device, dtype=args.dtype), ks,
+                                  context_len=args.context_len)
+    if args.json:
+        _print_json({"target": target.info.name, "draft": draft.info.name, "rows": rows, "cost_pair": pair})
+        return 0
+    _print_bench_speculative(target, draft, rows, pair)
+    return 0
+
+
+def _print_bench_speculative(target, draft, rows: list[dict], pair: dict | None) -> None:
+    r0 = rows[0]
+    print(f"target {target.info.name} vs draft {draft.info.name} on {r0['device']} ({r0['dtype']}): "
+          f"{r0['n_tokens']} tokens per run, {r0['repeats']} repeats; {r0['timing']}")
+    print("c = draft pass / target decode pass, v = verify pass (k+1 tokens) / target decode pass, both measured; "
+          "predicted = (1 - a^(k+1)) / ((1 - a)(k c + 1)); with v: ... / (k c + v); "
+          "measured = target-only time per token / speculative time per token (forward passes; wall: everything)")
+    print(f"{'mode':<7}{'k':>3} {'alpha':>6} {'acc/rnd':>7} {'tok/rnd':>7} {'c':>6} {'v':>6} "
+          f"{'predicted':>9} {'pred(v)':>8} {'measured':>8} {'wall':>6}")
+    for r in rows:
+        def f(x, w, d=3):
+            return f"{x:>{w}.{d}f}" if x is not None else f"{'-':>{w}}"
+
+        print(f"{'greedy' if r['greedy'] else 'sample':<7}{r['k']:>3} {f(r['alpha'], 6)} {f(r['mean_accepted'], 7, 2)} "
+              f"{f(r['mean_tokens_per_round'], 7, 2)} {f(r['c'], 6)} {f(r['v'], 6)} {f(r['predicted'], 9)} "
+              f"{f(r['predicted_with_verify_cost'], 8)} {f(r['measured'], 8)} {f(r['measured_wall'], 6)}")
+    if pair:
+        print(f"\ncost pair {pair['target']} (target) vs {pair['draft']} (draft), random weights, "
+              f"{pair['context_len']}-token cached prefix, {pair['timing']}:")
+        print(f"  draft pass {pair['draft_pass_s'] * 1e3:.2f} ms, target decode pass "
+              f"{pair['target_decode_s'] * 1e3:.2f} ms, c = {pair['c']:.3f}")
+        for row in pair["per_k"]:
+            a, av = row["breakeven_alpha"], row["breakeven_alpha_with_verify_cost"]
+            print(f"  k={row['k']}: verify pass {row['verify_pass_s'] * 1e3:.2f} ms (v = {row['v']:.2f}); pays off "
+                  f"from alpha = {'never' if a is None else f'{a:.3f}'} (v = 1), "
+                  f"{'never' if av is None else f'{av:.3f}'} (measured v)")
+
+
+BENCH_COMMANDS = [_add_bench_overhead, _add_bench_speculative]
 
 
 # --- dispatch ------------------------------------------------------------------------------------
 
-COMMANDS = [_add_info, _add_generate, _add_bench]
+COMMANDS = [_add_info, _add_generate, _add_speculate, _add_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -49,6 +49,9 @@ class Step:
     bound: str | None = None  # "memory" | "compute"
     achieved_gbps: float | None = None  # sum(bytes) / latency_s / 1e9
     pct_of_peak_bw: float | None = None  # achieved_gbps / measured peak bandwidth x 100
+    # Speculative decoding (explorer.speculative): the round that emitted this id, and how:
+    round: int | None = None
+    origin: str | None = None  # "draft" (accepted proposal) | "residual" (after a rejection) | "bonus"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +79,7 @@ class Trace:
     prompt_ids: list[int] = field(default_factory=list)  # row 0's prompt token ids
     stop_reason: str | None = None
     hardware: dict[str, Any] | None = None  # measured peaks used for the roofline (explorer.hardware)
+    rounds: list[dict] = field(default_factory=list)  # speculative runs: Round.to_dict() per round
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
