@@ -260,3 +260,37 @@ def test_speedup_columns_keep_missing_values_as_gaps():
     pred = fig.data[0].y
     assert pred[0] == pytest.approx(1.2) and math.isnan(pred[1])
     assert list(by_name(fig, "measured (forward passes)").y) == pytest.approx([0.9, 1.3])
+
+
+# --- sweeps ---------------------------------------------------------------------------------------------------------
+
+
+def test_sweep_columns_from_experiment_tables():
+    import pandas as pd
+
+    cache = pd.DataFrame({"mode": ["cache on"] * 2 + ["cache off"] * 2, "step": [0, 1, 0, 1],
+                          "latency_s_measured": [0.01, 0.002, 0.01, 0.004],
+                          "cumulative_s_measured": [0.01, 0.012, 0.01, 0.014],
+                          "cumulative_bound_s_modelled": [0.001, 0.0012, 0.001, 0.0015]})
+    cols = plots.sweep_columns("cache", cache)
+    assert cols["cache off: per step (measured)"]["y"].tolist() == pytest.approx([10.0, 4.0])
+    assert cols["cache on: cumulative bound (modelled)"]["y"].tolist() == pytest.approx([0.001, 0.0012])
+    batch = pd.DataFrame({"batch": [1, 2], "tokens_per_s_total_measured": [100.0, 190.0],
+                          "tokens_per_s_total_bound_modelled": [500.0, 1000.0],
+                          "tokens_per_s_per_user_measured": [100.0, 95.0], "latency_s_measured": [0.01, 0.0105],
+                          "bound_s_modelled": [0.002, 0.002]})
+    batch.attrs["knee_batch_modelled"] = 64
+    fig = plots.sweep("batch", batch)
+    assert list(by_name(fig, "total (measured)").y) == [100.0, 190.0]
+    assert fig.layout.shapes[0].x0 == 64 and "knee at B = 64" in fig.layout.title.text
+    dt = pd.DataFrame({"dtype": ["float32", "float16"], "latency_s_measured": [0.01, None],
+                       "bound_s_modelled": [0.002, None], "weight_bytes_counted": [4e6, None],
+                       "kv_cache_bytes_measured": [1e5, None]})
+    cols = plots.sweep_columns("dtype", dt)
+    assert list(cols["latency (measured)"]["x"]) == ["float32", "float16"]
+    assert math.isnan(cols["latency (measured)"]["y"][1])  # unsupported dtype: a gap, not a zero
+    with pytest.raises(ValueError, match="unknown sweep"):
+        plots.sweep_figure("width")
+    for kind in plots.SWEEPS:  # every measured trace has a modelled partner, told apart by its name
+        names = [t.name for t in plots.sweep_figure(kind).data]
+        assert any("measured" in n for n in names) and any("modelled" in n for n in names)
