@@ -1,0 +1,249 @@
+"""The classroom notebooks: each runs top to bottom in a fresh kernel and still teaches its point.
+
+Every numbered notebook ends by printing `NOTEBOOK_FACTS {json}`: the numbers it measured or modelled.
+The checks below assert the facts each notebook teaches, so a notebook that runs but stops showing
+its point (the cache no longer helps, batching no longer raises throughput, ...) fails.
+
+Knobs (environment variables):
+    EXPLORER_NOTEBOOK_PARAMS   JSON dict of parameter overrides, injected after the cell tagged
+                               `parameters` (papermill style). Keys whose value is a dict apply only
+                               to notebooks whose name starts with the key, e.g.
+                               '{"DEVICE": "cuda", "04": {"MODEL": "arch:qwen2.5-0.5b"}}'.
+    EXPLORER_NOTEBOOK_TIMEOUT  seconds allowed per cell (default 300).
+    EXPLORER_NOTEBOOK_THREADS  OMP/MKL threads for the kernel (default 1). On a shared CPU, torch's
+                               default of one thread per core oversubscribes and runs ~10x slower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NB_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("0[0-9]_*.ipynb"))
+MARKER = "NOTEBOOK_FACTS"
+BUNDLED = (ROOT / "assets" / "models" / "target" / "config.json").exists() and (
+    ROOT / "assets" / "models" / "draft" / "config.json"
+).exists()
+
+
+def _ids(paths):
+    return [p.stem for p in paths]
+
+
+def _params_cell(nb) -> int:
+    for i, cell in enumerate(nb.cells):
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            return i
+    raise AssertionError("no cell tagged 'parameters'")
+
+
+def _overrides(stem: str) -> dict:
+    raw = json.loads(os.environ.get("EXPLORER_NOTEBOOK_PARAMS", "{}") or "{}")
+    out = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+    for prefix, sub in raw.items():
+        if isinstance(sub, dict) and stem.startswith(prefix):
+            out.update(sub)
+    return out
+
+
+def _needs_bundled(nb, overrides: dict) -> bool:
+    """True when a parameter names a bundled model and no override replaces it."""
+    params = nb.cells[_params_cell(nb)].source
+    names = re.findall(r'^(\w+)\s*=\s*["\']bundled:', params, flags=re.M)
+    return any(name not in overrides for name in names)
+
+
+def execute(path: Path) -> tuple[dict, float, object]:
+    """Run the notebook in a fresh kernel (raises on any cell error); return (facts, seconds, notebook)."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    overrides = _overrides(path.stem)
+    if overrides:
+        lines = ["# injected by tests/test_notebooks.py (EXPLORER_NOTEBOOK_PARAMS)"]
+        lines += [f"{k} = {v!r}" for k, v in overrides.items()]
+        nb.cells.insert(_params_cell(nb) + 1, nbformat.v4.new_code_cell("\n".join(lines)))
+    threads = os.environ.get("EXPLORER_NOTEBOOK_THREADS", "1")
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "TOKENIZERS_PARALLELISM": "false",
+        "PLOTLY_RENDERER": "plotly_mimetype",
+    }
+    client = NotebookClient(
+        nb,
+        timeout=int(os.environ.get("EXPLORER_NOTEBOOK_TIMEOUT", "300")),
+        kernel_name="python3",
+        allow_errors=False,
+        resources={"metadata": {"path": str(NB_DIR)}},
+    )
+    t0 = time.perf_counter()
+    client.execute(env=env)  # a fresh kernel; CellExecutionError on the first failing cell
+    return read_facts(nb), time.perf_counter() - t0, nb
+
+
+def read_facts(nb) -> dict:
+    for cell in reversed(nb.cells):
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            for line in text.splitlines():
+                if line.startswith(MARKER + " "):
+                    return json.loads(line[len(MARKER) + 1 :])
+    raise AssertionError(f"the notebook printed no '{MARKER} {{...}}' line")
+
+
+# --- what each notebook teaches ----------------------------------------------------------------
+
+
+def check_01(f: dict) -> None:
+    assert f["logits_shape"] == [1, f["T"], f["V"]]  # one row of V logits per prompt position
+    assert abs(f["prob_sum"] - 1) < 1e-4  # softmax gives a distribution
+    # Session = that pass
+    assert f["session_top_id"] == f["our_top_id"] and f["session_vs_softmax"] < 1e-5
+    assert f["entropy_nats"] > 0
+
+
+def check_02(f: dict) -> None:
+    H = list(f["entropy_by_temperature"].values())  # temperatures in increasing order
+    assert all(a < b for a, b in zip(H, H[1:])), "a higher temperature flattens the distribution"
+    # top-k keeps exactly k (no ties in float logits of a trained model)
+    assert f["top_k_kept"] == 50
+    assert f["top_p_mass"] >= 0.9 - 1e-6 > f["top_p_mass_one_fewer"]  # the smallest set reaching p
+    # temperature runs first: a hot one widens the nucleus
+    assert f["top_p_kept_hot"] > f["top_p_kept_cold"]
+    assert abs(f["final_sum"] - 1) < 1e-4
+    assert f["penalised_tokens"] <= f["context_tokens"]
+    assert f["draw_tv"] < 0.08, "draw frequencies match the final probabilities"
+
+
+def check_03(f: dict) -> None:
+    assert f["tokens_equal"]  # the cache changes the work, not the tokens
+    # with the cache a decode pass feeds 1 token
+    assert f["fed_on"][1:] == [1] * (len(f["fed_on"]) - 1)
+    # without: everything
+    assert f["fed_off"] == list(range(f["prompt_len"], f["prompt_len"] + len(f["fed_off"])))
+    assert f["new_tokens"] == 256 and f["total_off_s"] > f["total_on_s"]  # measured, at 256 tokens
+    # per-pass cost grows with length only without the cache
+    assert f["growth_off"] > f["growth_on"]
+    assert (
+        f["per_step_flops_off_last"] > 10 * f["per_step_flops_off_first"]
+        and f["flops_off"] > 10 * f["flops_on"]
+    )
+    per_token = 2 * f["kv_layers"] * f["kv_heads"] * f["head_dim"] * f["bytes_per_value"]
+    assert f["kv_bytes_per_token"] == per_token and f["kv_growth_per_step"] == [per_token]
+    assert f["kv_measured"] == f["kv_predicted"] == per_token * f["kv_positions"]
+    heads, kv, kib = f["gqa"]["llama-3.1-8b"]
+    # 2 x 32 layers x 8 x 128 x 2 bytes = 128 KiB per token
+    assert (heads, kv, kib) == (32, 8, 128.0)
+
+
+def check_04(f: dict) -> None:
+    assert f["weights_share"] > 0.95  # decode at batch 1 moves the weights, almost nothing else
+    assert f["intensity"] < f["balance"] / 4  # far left of the ridge point
+    assert f["decode_bounds"] == ["memory"]
+    # never faster than the roofline's lower bound
+    assert f["latency_median_s"] >= f["bound_median_s"]
+    # the ceiling uses the median bandwidth (the bound above uses the best repeat): allow its noise
+    assert f["measured_tokens_per_s"] <= f["ceiling_tokens_per_s"] * 1.2
+
+
+def check_05(f: dict) -> None:
+    pre, dec = f["prefill_tokens_per_s"], f["decode_tokens_per_s"]
+    assert pre[-1] > 4 * pre[0]  # prefill throughput climbs with the prompt length
+    assert pre[-1] > 4 * max(dec)  # a prompt token is far cheaper than a generated one
+    assert f["prefill_bounds"][-1] == "compute" and set(f["decode_bounds"]) == {"memory"}
+    assert min(f["prefill_intensity"][-1:]) > f["balance"] > max(f["decode_intensity"])
+    assert 1 < f["ttft_over_tpot"] < f["P"] / 4  # TTFT of P tokens << P decode passes
+
+
+def check_06(f: dict) -> None:
+    by_b = dict(zip(f["batches"], f["tokens_per_s_total"]))
+    lat = dict(zip(f["batches"], f["latency_s"]))
+    assert by_b[8] > by_b[1]  # total throughput at batch 8 above batch 1
+    assert lat[8] < 6 * lat[1]  # the batch-8 step costs far less than 8 batch-1 steps
+    # each user waits a bit longer
+    assert f["tokens_per_s_per_user"][-1] <= f["tokens_per_s_per_user"][0]
+    # intensity grows with the batch
+    assert all(a <= b for a, b in zip(f["intensity"], f["intensity"][1:]))
+    assert f["bounds"][0] == "memory" and f["knee"] is not None and f["knee"] > 1
+
+
+def check_07(f: dict) -> None:
+    assert f["greedy_equal"]  # speculative greedy output == target greedy output
+    assert f["greedy_rounds"] <= f["greedy_tokens"]  # never more target passes than tokens
+    assert 0 <= f["alpha_greedy"] <= 1 and f["tokens_per_round_greedy"] >= 1
+    assert f["tv_spec"] < 2.5 * f["tv_noise_expected"] + 0.02, (
+        "speculative samples follow the target's p"
+    )
+    for row in f["bench"]:
+        assert row["measured"] > 0 and row["predicted"] > 0 and 0 < row["c"]
+
+
+CHECKS = {
+    "01": check_01,
+    "02": check_02,
+    "03": check_03,
+    "04": check_04,
+    "05": check_05,
+    "06": check_06,
+    "07": check_07,
+}
+
+
+# --- static checks (fast, no kernel) --------------------------------------------------------------
+
+
+def test_notebooks_exist_in_order():
+    numbers = [p.name[:2] for p in NOTEBOOKS]
+    assert numbers[:7] == ["01", "02", "03", "04", "05", "06", "07"], numbers
+    assert set(numbers) <= set(CHECKS), f"a notebook without checks: {set(numbers) - set(CHECKS)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_structure(path: Path):
+    """Committed without outputs; a parameters cell; a hidden answer; a summary; the facts line."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), (
+        "commit notebooks without outputs (clear them)"
+    )
+    params = nb.cells[_params_cell(nb)].source
+    assert re.search(r"^(MODEL|TARGET) = ", params, re.M) and re.search(
+        r'^DEVICE = "auto"', params, re.M
+    )
+    assert 'DEVICE = "cuda"' in params, "a comment shows a GPU user what to set"
+    assert "<details>" in md and "Predict, then measure" in md
+    assert "## Summary" in md
+    summary = md.split("## Summary", 1)[1]
+    assert sum(1 for line in summary.splitlines() if line.startswith("- ")) == 3, (
+        "a three-line summary"
+    )
+    assert MARKER in code[-1].source
+    sources = "\n".join(c.source for c in code)
+    assert "import explorer" in sources
+
+
+# --- execution --------------------------------------------------------------------------------------
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_runs_and_teaches(path: Path, record_property):
+    nb = nbformat.read(path, as_version=4)
+    if not BUNDLED and _needs_bundled(nb, _overrides(path.stem)):
+        pytest.skip("the bundled models are missing: run `python scripts/train_bundled.py`")
+    facts, seconds, _ = execute(path)
+    record_property("seconds", round(seconds, 1))
+    print(f"{path.name}: {seconds:.1f} s")
+    CHECKS[path.name[:2]](facts)
