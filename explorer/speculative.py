@@ -528,13 +528,19 @@ class SpeculativeSession:
         return drafts, n
 
     def _resample(self, at: _Scored, q: torch.Tensor, position: int) -> tuple[int, dict]:
-        """After rejecting x_{n+1}: draw from normalise(max(0, p - q)) (greedy: the target's argmax)."""
+        """After rejecting x_{n+1}: draw from normalise(max(0, p - q)). Greedy: p and q are one-hot at their
+        argmaxes, so the residual is one-hot at the target's argmax (mass 1)."""
         greedy = self.sampling.is_greedy
-        residual = (at.p - q).clamp(min=0)  # [V]
-        mass = float(residual.sum())
-        fallback = mass <= RESIDUAL_EPS  # p == q up to rounding: the rejection had probability ~0
-        dist = at.p if (fallback or greedy) else residual / mass
-        draw = self._draw(at.stages[-1][1] if greedy else _logits_of(dist))
+        if greedy:
+            draw = self._draw(at.stages[-1][1])
+            dist = torch.zeros_like(at.p).scatter_(0, draw.tokens.to(at.p.device), 1.0)  # [V] one-hot
+            mass, fallback = 1.0, False
+        else:
+            residual = (at.p - q).clamp(min=0)  # [V]
+            mass = float(residual.sum())
+            fallback = mass <= RESIDUAL_EPS  # p == q up to rounding: the rejection had probability ~0
+            dist = at.p if fallback else residual / mass
+            draw = self._draw(_logits_of(dist))
         y = int(draw.tokens[0])
         top = torch.topk(dist, min(self.top_n, dist.numel()))
         entries = [{"id": int(i), "text": self._text(int(i)), "p": float(at.p[i]), "q": float(q[i]),

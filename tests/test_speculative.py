@@ -342,6 +342,18 @@ def test_greedy_equals_hf_assisted_generation_tiny(tiny_pair):
     assert session.tokens == decode_target_only(target, [5, 17, 33, 2], 12, s)[0]
 
 
+def test_greedy_rejections_emit_the_target_argmax():
+    s = Sampling(greedy=True)
+    session = SpeculativeSession(TABLE_TARGET, TABLE_DRAFT, [0, 1], s, k=3)
+    session.run(12)
+    assert session.tokens[:12] == decode_target_only(TABLE_TARGET, [0, 1], 12, s)[0]
+    rejected = [r for r in session.rounds if r.residual]
+    assert rejected and any(r.accepted for r in session.rounds)
+    for r in rejected:  # p and q are one-hot at their argmaxes, so the residual is one-hot at the target's
+        assert [(e["id"], e["residual"]) for e in r.residual["top"]] == [(r.residual["id"], 1.0)]
+        assert r.drafts[r.accepted]["id"] != r.residual["id"] and r.drafts[r.accepted]["u"] is None
+
+
 # --- caches, records, trace -----------------------------------------------------------------------
 
 
