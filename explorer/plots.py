@@ -331,8 +331,7 @@ def latency_figure(device: str = "", dtype: str = "", *, height: int = 300) -> g
                          hovertemplate="step %{x}: %{y:.2f} ms<extra>earlier run</extra>"),
               go.Scatter(name="prefill", x=[], y=[], mode="markers", marker=dict(size=11, symbol="diamond",
                          color=PHASE_COLORS["prefill"]), hovertemplate="prefill: %{y:.2f} ms<extra></extra>"),
-              go.Scatter(name="decode", x=[], y=[], mode="lines+markers", marker=dict(size=5),
-                         line=dict(color=PHASE_COLORS["decode"]),
+              go.Scatter(name="decode", x=[], y=[], mode="lines", line=dict(color=PHASE_COLORS["decode"]),
                          hovertemplate="step %{x}: %{y:.2f} ms<extra>decode</extra>")],
         layout=_layout(height=height,
                     title=dict(text=f"Latency per step (measured{where}: one forward pass each, device-synchronised)",
@@ -388,16 +387,17 @@ def traffic_figure(peak_gbps: float | None = None, *, label: str = "", height: i
                         subplot_titles=("bytes moved per step (modelled, by part)",
                                         "achieved bandwidth = modelled bytes / measured latency",
                                         "KV cache held (measured)"))
-    for part in TRAFFIC_PARTS:
-        fig.add_trace(go.Bar(name=part, x=[], y=[], marker=dict(color=PART_COLORS[part], line=dict(width=0)),
-                             hovertemplate=f"step %{{x}}: %{{y:.3f}} MB<extra>{part}</extra>"), row=1, col=1)
-    fig.add_trace(go.Scatter(name="achieved GB/s", x=[], y=[], mode="lines+markers", marker=dict(size=4),
+    for part in TRAFFIC_PARTS:  # stacked areas, not bars: one SVG path per part however many steps
+        fig.add_trace(go.Scatter(name=part, x=[], y=[], mode="lines", stackgroup="bytes",
+                                 line=dict(color=PART_COLORS[part], width=0.5, shape="hvh"),
+                                 hovertemplate=f"step %{{x}}: %{{y:.3f}} MB<extra>{part}</extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(name="achieved GB/s", x=[], y=[], mode="lines",
                              line=dict(color="#333"), hovertemplate="step %{x}: %{y:.2f} GB/s<extra></extra>"),
                   row=2, col=1)
     fig.add_trace(go.Scatter(name="KV cache", x=[], y=[], mode="lines", fill="tozeroy", line=dict(color="#dd8452"),
                              hovertemplate="step %{x}: %{y:.3f} MB<extra>KV cache</extra>"), row=3, col=1)
     _style_axes(fig)
-    fig.update_layout(**_layout(height=height, barmode="stack", bargap=0.1,
+    fig.update_layout(**_layout(height=height,
                       title=dict(text="Memory traffic per step", font=dict(size=14)),
                       legend=dict(orientation="h", x=0, y=1.1)))
     fig.update_yaxes(title_text="MB", row=1, col=1)
@@ -419,7 +419,7 @@ def set_peak_bandwidth(fig: go.Figure, peak_gbps: float | None, label: str = "")
     fig.add_annotation(name="peak", xref="x2 domain", x=1, xanchor="right", yref="y2", y=peak_gbps,
                        yanchor="bottom", showarrow=False, font=dict(color="#d62728", size=11),
                        text=f"measured peak {peak_gbps:.1f} GB/s{(' (' + label + ')') if label else ''}")
-    fig.update_yaxes(range=[0, peak_gbps * 1.15], row=2, col=1)
+    fig.update_layout({"yaxis2.range": [0, peak_gbps * 1.15]})  # by name: a FigureWidget made from a dict has no grid
 
 
 def traffic_columns(steps: Sequence[Step]) -> Columns:

@@ -126,11 +126,18 @@ def test_step_updates_strip_and_distribution(dash):
     assert list(dash.strip.fig.data[0].x) == [0, 1]
     assert list(trace_of(dash.latency.fig, "prefill").x) == [0]
     assert list(trace_of(dash.latency.fig, "decode").y) == pytest.approx([dash.session.steps[1].latency_s * 1e3])
+    assert len(trace_of(dash.traffic.fig, "KV cache").y) == 0  # hidden tab: nothing sent yet
+    dash.parts["tabs"].selected_index = 1  # Memory traffic: catches up in one message
     assert list(trace_of(dash.traffic.fig, "KV cache").y) == pytest.approx(
         [s.kv_cache_bytes / 1e6 for s in dash.session.steps])
     assert len(trace_of(dash.traffic.fig, "weights").y) == 2
+    dash.parts["tabs"].selected_index = 2
     assert len(trace_of(dash.roofline.fig, "decode").x) == 1
-    assert "Step 1" in dash.dist.fig.layout.title.text
+    dash.parts["step"].click()
+    assert len(trace_of(dash.roofline.fig, "decode").x) == 2  # the visible tab follows every step
+    assert len(trace_of(dash.traffic.fig, "weights").y) == 2 and len(dash.traffic.buffers["weights"]["y"]) == 3
+    assert "Step 2" in dash.dist.fig.layout.title.text
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_strip_click_selects_a_step(dash):
@@ -162,6 +169,7 @@ def test_bar_click_branches_at_the_selected_step(dash):
     assert "Branched at step 2" in message(dash)
     dash.parts["step"].click()  # continues from the branch
     assert len(dash.session.steps) == 4 and dash.session.tokens[2] == wanted
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_branch_failure_leaves_the_session_as_it_was(dash, monkeypatch):
@@ -189,6 +197,7 @@ def test_rewind_restores_the_earlier_strip(dash):
     assert list(trace_of(dash.latency.fig, "decode").y) == latency
     assert len(dash.session.steps) == 3 and steps_taken(dash) == 3
     assert dash.session._cache.get_seq_length() == len(dash.session.trace.prompt_ids) + 3 - 1
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_reset_starts_a_fresh_session(dash):
@@ -300,6 +309,7 @@ def test_cache_toggle_overlays_the_earlier_run(dash):
     dash.parts["step"].click()
     assert dash.session.steps[1].tokens_fed == dash.session.steps[1].context_len  # no cache: the whole sequence
     assert len(trace_of(dash.latency.fig, "decode").x) == 1 and len(dash.latency.fig.data[0].y) == 3
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_batch_and_top_n_controls(dash):
@@ -309,6 +319,7 @@ def test_batch_and_top_n_controls(dash):
     s = dash.session
     assert s.batch_size == 3 and len(s.steps[0].row_tokens) == 3
     assert len(trace_of(dash.dist.fig, "final").y) == 5
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_color_by_entropy(dash):
@@ -318,6 +329,7 @@ def test_color_by_entropy(dash):
     colors = list(dash.strip.fig.data[0].marker.color)
     assert colors == pytest.approx([s.entropy_final for s in dash.session.steps])
     assert "entropy" in dash.strip.fig.layout.title.text
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_tokenizer_less_prompts_take_ids_or_bytes(tiny):
@@ -352,6 +364,7 @@ def test_play_and_pause(dash):
     assert "paused after" in message(dash) and "tokens/s" in message(dash)
     assert list(dash.strip.fig.data[0].x)[-1] == n - 1 and steps_taken(dash) == n  # every step drawn
     assert len(dash.session.tokens) == n
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_conflicting_actions_are_refused_while_playing(dash):
@@ -433,6 +446,7 @@ def test_export_trace_and_charts(dash):
     assert json.loads(dash.export("json"))["steps"][0]["index"] == 0
     with pytest.raises(ValueError):
         dash.export("xml")
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 # --- shared mode ---------------------------------------------------------------------------------------------------
@@ -472,9 +486,13 @@ def test_roofline_and_traffic_show_the_measured_peaks(tiny):
     assert any(n.startswith("this machine (measured") for n in names)
     assert any("modelled: datasheet" in n for n in names)
     assert d.traffic.fig.layout.shapes[0].y0 == pytest.approx(hw["bandwidth_gbps"])
+    assert d.traffic.fig.layout.yaxis2.range[1] > hw["bandwidth_gbps"]
+    assert "error" not in d.message.value and d._ceilings_shown
     s = d.session.steps[1]
     assert s.achieved_gbps is not None
+    d.parts["tabs"].selected_index = 1
     assert trace_of(d.traffic.fig, "achieved GB/s").y[1] == pytest.approx(s.achieved_gbps)
+    assert d.guard.errors == [], d.guard.errors
 
 
 # --- long runs stay cheap ----------------------------------------------------------------------------------------------
@@ -492,6 +510,7 @@ def test_views_stay_bounded_over_a_long_run(tiny):
     assert "[… 30 earlier tokens]" in d.parts["strip-text"].value
     assert len(trace_of(d.latency.fig, "decode").x) == 49  # charts keep every step
     assert isinstance(trace_of(d.latency.fig, "decode").y, np.ndarray)  # sent as binary buffers
+    assert d.guard.errors == [], d.guard.errors
 
 
 # --- speculative tab -----------------------------------------------------------------------------------------------------
@@ -514,6 +533,7 @@ def test_speculative_rounds_fill_the_charts(tiny, tiny_draft):
     alpha = trace_of(spec.alpha.fig, "running alpha (accepted / tested)").y[-1]
     assert alpha == pytest.approx(spec.session.stats()["alpha"])
     assert "2 rounds" in spec.status.value
+    assert d.guard.errors == [], d.guard.errors
     d.parts["spec-k"].value = 0
     d.parts["spec-step"].click()
     assert "k (draft tokens per round)" in message(d) and len(spec.session.rounds) == 2
@@ -533,6 +553,7 @@ def test_speculative_benchmark_runs_in_the_background(tiny, tiny_draft):
     measured = trace_of(spec.speedup, "measured (forward passes)")
     assert list(measured.x) == [1, 2] and all(v > 0 for v in measured.y)
     assert "Benchmark done" in message(d) and not d.parts["step"].disabled
+    assert d.guard.errors == [], d.guard.errors
 
 
 def test_speculative_pair_mismatch_is_a_message(tiny):
@@ -581,6 +602,7 @@ def test_sweep_runs_in_the_background_and_draws_its_table(dash):
     assert not dash.parts["step"].disabled
     dash.parts["step"].click()
     assert len(dash.session.steps) == 1
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_batch_sweep_marks_the_modelled_knee(dash):
@@ -593,6 +615,7 @@ def test_batch_sweep_marks_the_modelled_knee(dash):
     knee = dash.sweeps.frames["batch"].attrs["knee_batch_modelled"]
     if knee:
         assert chart.layout.shapes[0].x0 == knee
+    assert dash.guard.errors == [], dash.guard.errors
 
 
 def test_a_sweep_that_fails_halfway_keeps_the_chart(dash, monkeypatch):

@@ -109,8 +109,9 @@ class Dashboard:
         lm = self.session.lm
         self.latency = LiveChart(figure_widget(plots.latency_figure, lm.info.device, lm.info.dtype),
                                  plots.latency_columns, "latency")
-        self.traffic = LiveChart(figure_widget(plots.traffic_figure), plots.traffic_columns, "traffic")
-        self.roofline = LiveChart(figure_widget(plots.roofline_figure), plots.roofline_columns, "roofline")
+        self.traffic = LiveChart(figure_widget(plots.traffic_figure), plots.traffic_columns, "traffic", live=False)
+        self.roofline = LiveChart(figure_widget(plots.roofline_figure), plots.roofline_columns, "roofline",
+                                  live=False)
         self.dist.show(None, None)
         self._build_tabs()
         self._wire()
@@ -137,6 +138,13 @@ class Dashboard:
                                     self.speculative.widget, self.export_box],
                           titles=["Latency", "Memory traffic", "Roofline", "Sweeps", "Speculative", "Export"])
         self.tabs.add_class("ie-tabs")
+        self.tabs.observe(lambda ch: self._tab_shown(ch["new"]), names="selected_index")
+        self._tab_shown(self.tabs.selected_index)
+
+    def _tab_shown(self, index: int | None) -> None:
+        """Only the visible tab's chart is sent data per step; a tab catches up when it is selected."""
+        for i, chart in enumerate((self.latency, self.traffic, self.roofline)):
+            chart.set_live(index == i)
 
     def _layout(self) -> None:
         sp, rp, bp = self.sampling_parts, self.run_parts, self.button_parts
@@ -190,6 +198,8 @@ class Dashboard:
 
     def _resync(self) -> None:
         """Before display: copy every figure's current data into its synced traits."""
+        for chart in (self.strip, self.latency, self.traffic, self.roofline):
+            chart.flush()
         figures = [self.strip.fig, self.dist.fig, self.latency.fig, self.traffic.fig, self.roofline.fig]
         for fig in figures + self.sweeps.figures() + self.speculative.figures():
             resync(fig)
@@ -571,6 +581,8 @@ class Dashboard:
             link = download_link(trace_csv(trace), f"trace-{stamp}.csv")
         else:
             name = what.split(": ", 1)[1]
+            for chart in (self.latency, self.traffic, self.roofline):
+                chart.flush()
             fig = {"token strip": self.strip.fig, "distribution": self.dist.fig, "latency": self.latency.fig,
                    "traffic": self.traffic.fig, "roofline": self.roofline.fig}[name]
             link = download_link(plots.figure_html(fig), f"{name.replace(' ', '-')}-{stamp}.html")

@@ -64,6 +64,8 @@ class Guard:
         self.lock = threading.RLock()  # held while the session or the charts change
         self.busy: str | None = None  # the long run in progress ("play", "sweep: cache", ...)
         self.last_error: str | None = None
+        self.traceback = ""
+        self.errors: list[str] = []  # tracebacks of every error shown (most recent last), for debugging
         self._flag = threading.Lock()  # guards the busy flag's check-and-set
         self.waiting = 0  # callbacks blocked on the lock (a long run yields to them between steps)
 
@@ -77,6 +79,7 @@ class Guard:
     def fail(self, err: BaseException, doing: str = "") -> None:
         self.say(describe(err, doing), "error")
         self.traceback = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        self.errors.append(self.traceback)
 
     # --- actions -------------------------------------------------------------------------------
 

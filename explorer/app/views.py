@@ -46,32 +46,54 @@ def resync(fig: go.FigureWidget) -> None:
 
 
 class LiveChart:
-    """A FigureWidget built from a plots.*_figure() (layout in the constructor) plus its data buffers."""
+    """A FigureWidget built from a plots.*_figure() (layout in the constructor) plus its data buffers.
+
+    While hidden (`live=False`, e.g. its tab is not selected) appends only grow the buffers; the
+    figure catches up in one message when it is shown again (`set_live(True)`) or flushed.
+    """
 
     def __init__(self, figure: go.FigureWidget, columns: Callable[[Sequence[Step]], plots.Columns], css: str,
-                 keep_last: int | None = None):
+                 keep_last: int | None = None, live: bool = True):
         self.fig = figure  # built with its layout in the constructor (plotly 7 keeps it)
         self.fig.add_class(f"ie-{css}")
         self.columns = columns
         self.keep_last = keep_last
         self.buffers: plots.Columns = {}
+        self.live = live
+        self.stale = False  # buffers hold data the figure does not show yet
 
     def append(self, steps: Sequence[Step]) -> None:
         if not steps:
             return
         self.buffers = plots.concat(self.buffers, self.columns(steps), keep_last=self.keep_last)
-        plots.replace(self.fig, self.buffers)
+        self._send()
 
     def reset(self, steps: Sequence[Step] = ()) -> None:
         """Show exactly `steps` (the last keep_last of them)."""
         empty = {name: {prop: arr[:0] for prop, arr in props.items()} for name, props in self.buffers.items()}
-        self.buffers = {}
-        if empty:
-            plots.replace(self.fig, empty)
         steps = list(steps)
-        self.append(steps[-self.keep_last:] if self.keep_last else steps)
+        self.buffers = plots.concat(empty, self.columns(steps[-self.keep_last:] if self.keep_last else steps)) \
+            if steps else empty
+        self._send()
+
+    def set_live(self, live: bool) -> None:
+        self.live = live
+        if live:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what the buffers hold if the figure is behind."""
+        if self.stale:
+            plots.replace(self.fig, self.buffers)
+            self.stale = False
+
+    def _send(self) -> None:
+        self.stale = True
+        if self.live:
+            self.flush()
 
     def resync(self) -> None:
+        self.flush()
         resync(self.fig)
 
     def point_count(self, name: str) -> int:
