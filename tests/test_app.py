@@ -641,3 +641,19 @@ def test_a_sweep_that_fails_halfway_keeps_the_chart(dash, monkeypatch):
     assert "whole numbers" in message(dash) and dash.guard.busy is None
     dash.parts["step"].click()
     assert len(dash.session.steps) == 1
+
+
+def test_missing_bundled_models_fall_back_to_an_architecture_shape(tiny, monkeypatch):
+    from explorer.loading import ModelNotFoundError
+
+    def fake_load(name):
+        if name.startswith("bundled:"):
+            raise ModelNotFoundError("the bundled model files are missing from assets/models/target")
+        return tiny
+
+    monkeypatch.setattr(dashboard_module, "load", fake_load)
+    d = Dashboard(measure_peaks=False)
+    assert d.run_settings.model == dashboard_module.FALLBACK_MODEL and d.session.lm is tiny
+    assert "bundled model files are missing" in message(d) and f"Showing {dashboard_module.FALLBACK_MODEL}" in message(d)
+    with pytest.raises(ModelNotFoundError):  # a model asked for by name is never swapped silently
+        Dashboard(model="bundled:target", measure_peaks=False)

@@ -20,6 +20,7 @@ import collections
 import os
 import threading
 import time
+from dataclasses import replace as dc_replace
 
 import ipywidgets as W
 
@@ -28,10 +29,11 @@ from explorer.app import controls as C
 from explorer.app.export import download_link, trace_csv, trace_json
 from explorer.app.guard import Guard
 from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, resync
-from explorer.loading import LoadedModel, available_models, load
+from explorer.loading import LoadedModel, ModelNotFoundError, available_models, load
 from explorer.sampling import Sampling
 
 DEFAULT_PROMPT = "Once upon a time"
+FALLBACK_MODEL = "arch:gpt2"  # when the bundled models are missing and no model was named
 MEMORY_HEADROOM = 0.8  # refuse to load a model whose weights exceed this share of free memory
 
 
@@ -66,12 +68,26 @@ class Dashboard:
         self._peaks_thread: threading.Thread | None = None
         self._ceilings_shown = False
 
-        self.session = self._build_session(self.run_settings, sampling)  # raises: nothing to keep yet
+        self._fallback_note = ""
+        self.session = self._first_session(sampling, explicit=model is not None or lm is not None)
         self.guard: Guard  # set in _build_widgets
         self._build_widgets(sampling)
         self._warm_peaks()
 
     # --- construction ------------------------------------------------------------------------------
+
+    def _first_session(self, sampling: Sampling, explicit: bool):
+        """The first Session; with no model named and the bundled ones missing, an architecture-only
+        shape instead (said in the message area) so that `Dashboard()` always opens."""
+        try:
+            return self._build_session(self.run_settings, sampling)  # raises: nothing to keep yet
+        except ModelNotFoundError as err:
+            if explicit or self.shared:
+                raise
+            missing = str(err).splitlines()[0]
+            self.run_settings = dc_replace(self.run_settings, model=FALLBACK_MODEL)
+            self._fallback_note = f"{missing}. Showing {FALLBACK_MODEL} instead. "
+            return self._build_session(self.run_settings, sampling)
 
     def _default_model(self) -> str:
         if self.allowed_models:
@@ -536,7 +552,7 @@ class Dashboard:
         note = " (random weights: the text is meaningless, the costs are real)" if info.random_weights else ""
         tok = "" if self.session.lm.tokenizer is not None else \
             " It has no tokenizer: the prompt is fed as its UTF-8 bytes (or type token ids: 1 2 3) and tokens show as <id>."
-        return (f"{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} layers, on {info.device} "
+        return (f"{self._fallback_note}{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} layers, on {info.device} "
                 f"{info.dtype}{note}.{tok} Press Step or Play.")
 
     # --- clicks ------------------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ class StripText:
     tokens, so a step costs the same at step 1,000 as at step 10.
     """
 
-    def __init__(self, window: int = 400):
+    def __init__(self, window: int = 250):
         self.window = window
         self.widget = W.HTML(value="", layout=W.Layout(width="100%"))
         self.widget.add_class("ie-strip-text")
