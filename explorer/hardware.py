@@ -7,7 +7,9 @@ GPU, perf_counter after a synchronise elsewhere; see explorer.timing):
     read        src.sum() over the same buffer (read-only reduction); bytes = read
     cache       the same copy on a buffer a quarter of the last-level cache (working sets that fit
                 in cache move faster than DRAM allows; the roofline uses this for them)
-    matmul      a @ b of two square matrices in `dtype`; FLOPs = 2 * N^3
+    matmul      a @ b of two square matrices in `dtype`; FLOPs = 2 * N^3 (N = 1024 on a CPU, and for
+                bf16/fp16 there small enough that one product takes ~0.1 s, as a CPU without
+                half-precision units emulates them slowly; 4096 on a GPU)
 
 bandwidth_gbps = max(copy, read) of the medians: the machine's measured bandwidth, against which
 pct_of_peak_bw is reported (copy_gbps and read_gbps are kept beside it). The roofline bound uses
@@ -25,7 +27,7 @@ from typing import Any
 
 import torch
 
-from explorer.timing import Measurement
+from explorer.timing import Measurement, time_call
 from explorer.timing import measure as time_repeats
 
 GB = 1e9
@@ -181,10 +183,23 @@ def _read_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, fl
     return *_rates(n * 4 / GB, m), m
 
 
-def _matmul_flops(n: int, dtype: torch.dtype, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
+def _square(n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    return tuple(torch.randn(n, n, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
+
+
+def _matmul_size(n: int, dtype: torch.dtype, device: torch.device, budget_s: float) -> int:
+    """Shrink the planned size for dtypes this device runs slowly (e.g. fp16 on a CPU without fp16
+    units) so one matmul takes about budget_s: time one 256^3 probe first."""
+    a, b = _square(256, dtype, device)
+    _, seconds = time_call(lambda: a @ b, device)
+    rate = 2.0 * 256**3 / max(seconds, 1e-9)
+    fit = int((rate * budget_s / 2.0) ** (1 / 3)) // 64 * 64
+    return max(256, min(n, fit))
+
+
+def _matmul_flops(n: int, dtype: torch.dtype, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
+    a, b = _square(n, dtype, device)
     m = time_repeats(lambda: a @ b, device, repeats=plan.repeats, warmup=plan.warmup)
     return *_rates(2.0 * n**3, m), m
 
@@ -232,8 +247,10 @@ def measure(device: str | torch.device = "cpu", dtype: str | torch.dtype = "floa
         return _PEAKS[key]
     plan = _plan(dev, thorough)
     bw = _bandwidth(dev, plan, thorough)
-    flops, flops_best, m_mm = _matmul_flops(plan.matmul_n, getattr(torch, name), dev, plan)
-    details = {"buffer_bytes": plan.buffer_bytes, "matmul_n": plan.matmul_n, "repeats": plan.repeats,
+    slow = dev.type == "cpu" and name != "float32" and not thorough  # half types may be emulated on a CPU
+    n = _matmul_size(plan.matmul_n, getattr(torch, name), dev, 0.1) if slow else plan.matmul_n
+    flops, flops_best, m_mm = _matmul_flops(n, getattr(torch, name), dev, plan)
+    details = {"buffer_bytes": plan.buffer_bytes, "matmul_n": n, "repeats": plan.repeats,
                "warmup": plan.warmup, "threads": torch.get_num_threads(), "timer": m_mm.method,
                "statistic": "median", "thorough": thorough, "copy": bw["copy"], "read": bw["read"],
                "matmul": m_mm.to_dict(), "torch": torch.__version__}

@@ -1,0 +1,171 @@
+"""Sweeps on a small model: documented columns, physics, notes when a size does not fit, bad input."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from explorer import costs, experiments
+from explorer.loading import LoadedModel, model_info
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A 4-layer GQA Llama (hidden 256, vocab 4096, 256 positions): big enough that recomputing the
+    prefix shows in a timing, small enough to sweep in a second."""
+    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=4096, max_position_embeddings=256,
+                         tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    return LoadedModel(model=model, tokenizer=None,
+                       info=model_info(model, name="small-llama", source="arch", random_weights=True))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Timed physics on one thread: on a shared 2-core machine a 2-thread pool waits for a descheduled
+    thread on every op, which buries the effect under noise. The thread count lands in attrs."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _has_documented_columns(df, columns):
+    assert list(df.columns) == columns
+    assert set(df.attrs["columns"]) == set(columns)
+    for key in ("device", "dtype", "repeats", "threads", "timer", "peaks", "notes", "statistic"):
+        assert key in df.attrs
+    for c in columns:  # every figure says what it is
+        if c.endswith(("_s", "_gbps", "_bytes", "flops")):
+            pytest.fail(f"column {c} does not say measured / modelled / derived")
+
+
+def test_cache_sweep(small):
+    df = experiments.cache(small, new_tokens=64, prompt_len=8, bar=False)
+    _has_documented_columns(df, experiments.CACHE_COLUMNS)
+    on, off = df[df.use_cache], df[~df.use_cache]
+    assert list(df["mode"].unique()) == ["cache on", "cache off"] and len(on) == len(off) == 64
+    assert list(on.step) == list(range(64)) and list(on.context_len) == list(range(8, 72))
+    per_token = small.info.kv_bytes_per_token
+    assert list(on.kv_cache_bytes_measured) == [per_token * L for L in range(8, 72)]
+    assert (off.kv_cache_bytes_measured == 0).all()
+    assert list(off.tokens_fed) == list(off.context_len)  # no cache: the whole sequence every pass
+    assert off.flops_modelled.sum() > 10 * on.flops_modelled.sum()
+    # measured physics: recomputing the prefix makes late uncached steps slower, cached ones do not
+    def growth(part):
+        lat = list(part.latency_s_measured)[1:]
+        return statistics.median(lat[-16:]) / statistics.median(lat[:16])
+    assert growth(off) > growth(on)
+    assert off.cumulative_s_measured.iloc[-1] > on.cumulative_s_measured.iloc[-1]
+    assert df.attrs["threads"] == 1
+
+
+def test_prefill_sweep(small):
+    df = experiments.prefill(small, lengths=(512, 8, 32, 128), repeats=2, bar=False)
+    _has_documented_columns(df, experiments.PREFILL_COLUMNS)
+    assert df.attrs["notes"] == ["stopped at length 512: beyond the model's 256 positions"]
+    pre, dec = df[df.phase == "prefill"], df[df.phase == "decode"]
+    assert list(pre.context_len) == list(dec.context_len) == [8, 32, 128]  # sorted, deterministic
+    assert (pre.intensity_modelled.values > dec.intensity_modelled.values).all()
+    assert dec.bytes_modelled.is_monotonic_increasing  # the KV read grows with context
+    assert pre.tokens_per_s_measured.iloc[-1] > pre.tokens_per_s_measured.iloc[0]  # prefill amortises overhead
+
+
+def test_batch_sweep_total_throughput_rises(small):
+    df = experiments.batch(small, batches=(8, 1), context_len=32, repeats=3, bar=False)
+    _has_documented_columns(df, experiments.BATCH_COLUMNS)
+    assert list(df.batch) == [1, 8]
+    b1, b8 = df.iloc[0], df.iloc[1]
+    assert b8.tokens_per_s_total_measured > b1.tokens_per_s_total_measured
+    assert b8.flops_modelled == pytest.approx(8 * b1.flops_modelled)
+    assert b8.intensity_modelled > b1.intensity_modelled
+    knee = costs.decode_knee(small.info, context_len=32, peaks=experiments._peaks(small, None))
+    assert df.attrs["knee_batch_modelled"] == knee
+    assert (df.knee_batch_modelled.isna() if knee is None else df.knee_batch_modelled == knee).all()
+    assert df.attrs["notes"] == []
+
+
+def test_too_large_batch_is_caught_by_the_memory_precheck(small):
+    limit = int(experiments.batch_memory_bytes(small.info, 4, 32) / 0.9) + 1
+    df = experiments.batch(small, batches=(1, 2, 4, 8, 16), context_len=32, repeats=1, bar=False,
+                           memory_limit_bytes=limit)
+    assert list(df.batch) == [1, 2, 4]
+    assert len(df.attrs["notes"]) == 1 and df.attrs["notes"][0].startswith("stopped at B=8: needs about")
+
+
+def test_out_of_memory_error_ends_the_sweep_with_a_note(small, monkeypatch):
+    real = experiments.time_decode
+
+    def failing(model, cache, feed, **kw):
+        if feed.shape[0] >= 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, cache, feed, **kw)
+
+    monkeypatch.setattr(experiments, "time_decode", failing)
+    df = experiments.batch(small, batches=(1, 2, 4, 8), context_len=16, repeats=1, bar=False)
+    assert list(df.batch) == [1, 2]
+    assert df.attrs["notes"] == ["stopped at B=4: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)"]
+
+
+def test_other_errors_are_not_swallowed(small, monkeypatch):
+    def broken(*a, **kw):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(experiments, "time_decode", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        experiments.batch(small, batches=(1,), context_len=16, repeats=1, bar=False)
+
+
+def test_dtype_sweep(small):
+    df = experiments.dtype(small, dtypes=("float32", "bf16"), context_len=16, repeats=1, bar=False)
+    _has_documented_columns(df, experiments.DTYPE_COLUMNS)
+    assert list(df.dtype) == ["float32", "bfloat16"] and df.supported.all()
+    fp32, bf16 = df.iloc[0], df.iloc[1]
+    assert bf16.weight_bytes_counted * 2 == fp32.weight_bytes_counted == small.info.weight_bytes
+    assert bf16.kv_cache_bytes_measured * 2 == fp32.kv_cache_bytes_measured == 16 * small.info.kv_bytes_per_token
+    assert bf16.bytes_modelled < 0.55 * fp32.bytes_modelled
+    assert small.model.dtype == torch.float32  # the caller's model is untouched (a converted copy was used)
+
+
+def test_unsupported_dtype_is_a_row_and_a_note(small, monkeypatch):
+    monkeypatch.setattr(experiments, "dtype_supported", lambda dev, dt: dt == torch.float32)
+    df = experiments.dtype(small, dtypes=("float32", "float16"), context_len=8, repeats=1, bar=False)
+    assert list(df.supported) == [True, False]
+    assert df.attrs["notes"] == ["float16: not supported on cpu"]
+
+
+def test_progress_callback_reaches_total(small):
+    calls = []
+    experiments.batch(small, batches=(1, 2), context_len=8, repeats=2, bar=False,
+                      progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda lm: experiments.batch(lm, batches=(1, -4), bar=False), "batches"),
+    (lambda lm: experiments.batch(lm, batches=(), bar=False), "at least one"),
+    (lambda lm: experiments.batch(lm, context_len=1000, bar=False), "exceeds the model's 256 positions"),
+    (lambda lm: experiments.batch(lm, context_len=1, bar=False), "context_len"),
+    (lambda lm: experiments.batch(lm, repeats=0, bar=False), "repeats"),
+    (lambda lm: experiments.cache(lm, new_tokens=300, bar=False), "exceeds the model's"),
+    (lambda lm: experiments.cache(lm, new_tokens=0, bar=False), "new_tokens"),
+    (lambda lm: experiments.prefill(lm, lengths=(0, 8), bar=False), "lengths"),
+    (lambda lm: experiments.dtype(lm, dtypes=("float8",), bar=False), "unknown dtype"),
+])
+def test_bad_input_raises_clear_errors(small, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(small)
+
+
+def test_out_of_memory_detection():
+    assert experiments.is_out_of_memory(torch.OutOfMemoryError("x"))
+    assert experiments.is_out_of_memory(MemoryError())
+    assert experiments.is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried..."))
+    assert not experiments.is_out_of_memory(RuntimeError("size mismatch"))
+    free = experiments.available_bytes(torch.device("cpu"))
+    assert free is None or free > 0
