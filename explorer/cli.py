@@ -313,9 +313,172 @@ def _print_bench_speculative(target, draft, rows: list[dict], pair: dict | None)
 BENCH_COMMANDS = [_add_bench_overhead, _add_bench_speculative]
 
 
+# --- explorer hardware / cost / sweep (costs, hardware, experiments) ----------------------------
+
+
+def _add_hardware(sub) -> None:
+    p = sub.add_parser("hardware", help="measured peaks of this machine (bandwidth, matmul FLOP/s) + known chips")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help="dtype of the matmul peak (auto: float32 on CPU)")
+    p.add_argument("--thorough", action="store_true", help="larger buffers and more repeats (slower)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_hardware)
+
+
+def _cmd_hardware(args) -> int:
+    from dataclasses import asdict
+
+    from explorer import hardware
+    from explorer.loading import resolve_device, resolve_dtype
+
+    dev = resolve_device(args.device)
+    peaks = hardware.measure(dev, resolve_dtype(args.dtype, dev), thorough=args.thorough)
+    if args.json:
+        _print_json({"measured": peaks.to_dict(), "known_chips_modelled": [asdict(c) for c in hardware.KNOWN_CHIPS.values()]})
+        return 0
+    d = peaks.details
+    print(f"measured on {peaks.device} ({peaks.dtype}, {d['threads']} threads, median of {d['repeats']} after "
+          f"{d['warmup']} warm-up, {d['timer']}):")
+    print(f"  copy        {peaks.copy_gbps:8.1f} GB/s   ({d['buffer_bytes'] >> 20} MiB copy, read + write counted)")
+    print(f"  read        {peaks.read_gbps:8.1f} GB/s   ({d['buffer_bytes'] >> 20} MiB sum)")
+    if peaks.cache_gbps:
+        print(f"  cache       {peaks.cache_gbps:8.1f} GB/s   (best, buffer 1/4 of the {peaks.cache_bytes >> 20} MiB "
+              "last-level cache)")
+    print(f"  matmul      {peaks.flops / 1e9:8.1f} GFLOP/s ({d['matmul_n']}^3 {peaks.dtype})")
+    print(f"  roofline    {peaks.bound_gbps:8.1f} GB/s, {peaks.roofline_flops / 1e9:.1f} GFLOP/s (best repeats)")
+    print("\nknown chips (vendor figures; modelled wherever used):")
+    print(f"  {'chip':<14} {'GB/s':>7} {'bf16 TFLOP/s':>13} {'fp32 TFLOP/s':>13}  source")
+    for c in hardware.KNOWN_CHIPS.values():
+        bf16 = "-" if c.bf16_tflops is None else f"{c.bf16_tflops:g}"
+        print(f"  {c.name:<14} {c.bandwidth_gbps:>7g} {bf16:>13} {c.fp32_tflops:>13g}  {c.source}")
+    return 0
+
+
+def _cost_info(name: str, device: str, dtype: str):
+    """ModelInfo without allocating for arch: shapes (meta device); other names are loaded."""
+    from explorer.loading import arch_info, load, resolve_device, resolve_dtype
+
+    if name.startswith("arch:"):
+        return arch_info(name, str(resolve_dtype(dtype, resolve_device(device))).replace("torch.", ""))
+    return load(name, device=device, dtype=dtype).info
+
+
+def _add_cost(sub) -> None:
+    p = sub.add_parser("cost", help="modelled FLOPs and bytes of one forward pass, by part, and its roofline")
+    p.add_argument("--model", default="bundled:target", help="bundled:target (default), arch:NAME, hub id or path")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--context", type=int, default=128, help="context length L (cached prefix + fed tokens)")
+    p.add_argument("--tokens-fed", type=int, default=1, help="tokens fed per row (1 = a decode step; L = prefill)")
+    p.add_argument("--no-cache", action="store_true", help="no KV cache: the whole context is fed")
+    p.add_argument("--chip", default=None, help="model the bound on a known chip (see `explorer hardware`)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_cost)
+
+
+def _cmd_cost(args) -> int:
+    from explorer import costs, hardware
+
+    info = _cost_info(args.model, args.device, args.dtype)
+    fed = args.context if args.no_cache else args.tokens_fed
+    cost = costs.forward_cost(info, batch=args.batch, tokens_fed=fed, context_len=args.context,
+                              use_cache=not args.no_cache, logits_positions=1)
+    peaks = hardware.chip_peaks(args.chip, info.dtype) if args.chip else hardware.measure(args.device, info.dtype)
+    bound_s, bound = costs.roofline(cost.total_flops, cost.bound_bytes, peaks)
+    knee = costs.decode_knee(info, context_len=args.context, peaks=peaks)
+    where = f"{args.chip} (modelled: {peaks.details['source']})" if args.chip else \
+        f"this {peaks.device} (measured: {peaks.bound_gbps:.1f} GB/s, {peaks.roofline_flops / 1e9:.1f} GFLOP/s)"
+    if args.json:
+        _print_json({**cost.to_dict(), "model": info.name, "dtype": info.dtype, "bound_s": bound_s, "bound": bound,
+                     "knee_batch": knee, "peaks": peaks.to_dict(), "notes": costs.PART_NOTES})
+        return 0
+    print(f"{info.name} ({info.dtype}): B={args.batch}, tokens fed {fed}, context {args.context}, "
+          f"cache {'off' if args.no_cache else 'on'}, logits for the last position (all figures modelled)")
+    print(f"  {'bytes by part':<28} {'MB':>12}")
+    for part, value in cost.bytes.items():
+        print(f"  {part:<28} {value / 1e6:>12,.3f}  {costs.PART_NOTES.get(part, '')}")
+    print(f"  {'total counted (no activations)':<28} {cost.bound_bytes / 1e6:>12,.3f}")
+    print(f"  {'FLOPs by part':<28} {'GFLOP':>12}")
+    for part, value in cost.flops.items():
+        print(f"  {part:<28} {value / 1e9:>12,.3f}")
+    print(f"  {'total':<28} {cost.total_flops / 1e9:>12,.3f}")
+    print(f"  arithmetic intensity {cost.intensity:,.2f} FLOP/byte")
+    print(f"  roofline on {where}: >= {bound_s * 1e3:,.3f} ms ({bound}-bound); decode knee at context "
+          f"{args.context}: B={knee if knee is not None else 'none (memory-bound at every batch)'}")
+    return 0
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from err
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="timed sweeps: cache on/off, prefill vs decode, batch size, dtype")
+    p.add_argument("kind", choices=["cache", "prefill", "batch", "dtype"])
+    p.add_argument("--model", default="bundled:target")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per point (median reported)")
+    p.add_argument("--batches", type=_int_list, default=None, help="batch sizes, e.g. 1,2,4,8 (batch)")
+    p.add_argument("--context", type=int, default=None, help="context length (batch, dtype)")
+    p.add_argument("--lengths", type=_int_list, default=None, help="prompt lengths, e.g. 16,64,256 (prefill)")
+    p.add_argument("--new-tokens", type=int, default=None, help="tokens to generate per mode (cache)")
+    p.add_argument("--dtypes", default=None, help="comma-separated, e.g. float32,bfloat16,float16 (dtype)")
+    p.add_argument("--csv", default=None, metavar="FILE", help="write the table to FILE (attrs to FILE.attrs.json)")
+    p.add_argument("--json", action="store_true", help="print the rows and attrs as JSON")
+    p.set_defaults(func=_cmd_sweep)
+
+
+def _sweep_kwargs(args) -> dict:
+    names = {"repeats": "repeats", "batches": "batches", "lengths": "lengths", "new_tokens": "new_tokens"}
+    kw = {key: getattr(args, attr) for attr, key in names.items() if getattr(args, attr) is not None}
+    if args.context is not None:
+        kw["context_len"] = args.context
+    if args.dtypes:
+        kw["dtypes"] = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    allowed = {"cache": {"repeats", "new_tokens"}, "prefill": {"repeats", "lengths"},
+               "batch": {"repeats", "batches", "context_len"}, "dtype": {"repeats", "context_len", "dtypes"}}
+    extra = set(kw) - allowed[args.kind]
+    if extra:
+        raise ValueError(f"`sweep {args.kind}` does not take {', '.join(sorted('--' + k for k in extra))}")
+    return kw
+
+
+def _cmd_sweep(args) -> int:
+    import pandas as pd
+
+    from explorer import experiments
+    from explorer.loading import load
+
+    kw = _sweep_kwargs(args)
+    lm = load(args.model, device=args.device, dtype=args.dtype)
+    df = getattr(experiments, args.kind)(lm, **kw)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+        with open(args.csv + ".attrs.json", "w") as f:
+            json.dump(df.attrs, f, indent=2, default=str)
+    if args.json:
+        _print_json({"rows": json.loads(df.to_json(orient="records")), "attrs": df.attrs})
+        return 0
+    a = df.attrs
+    print(f"sweep {args.kind}: {a['model']} on {a['device']} ({a['dtype']}, {a['threads']} threads), median of "
+          f"{a['repeats']} after {a['warmup']} warm-up, {a['timer']}")
+    with pd.option_context("display.width", 200, "display.max_columns", 40, "display.float_format", "{:.4g}".format):
+        print(df.to_string(index=False))
+    if a.get("knee_batch_modelled", "absent") != "absent":
+        print(f"roofline knee (modelled): B={a['knee_batch_modelled']}")
+    for note in a["notes"]:
+        print(f"note: {note}")
+    return 0
+
+
 # --- dispatch ------------------------------------------------------------------------------------
 
-COMMANDS = [_add_info, _add_generate, _add_speculate, _add_bench]
+COMMANDS = [_add_info, _add_generate, _add_speculate, _add_bench, _add_hardware, _add_cost, _add_sweep]
 
 
 def build_parser() -> argparse.ArgumentParser:
