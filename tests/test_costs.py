@@ -272,3 +272,26 @@ def test_measured_latency_never_under_bound_on_arch_steps(tiny_arch):
 
     session = Session(tiny_arch, [1, 2, 3, 4, 5, 6, 7, 8], max_new_tokens=4, batch_size=2)
     _assert_never_under_bound(session.run(4))
+
+
+# --- CLI -------------------------------------------------------------------------------------------
+
+
+def test_cli_cost_prints_parts(capsys):
+    import json
+
+    from explorer.cli import main
+
+    assert main(["cost", "--model", "arch:llama-3.1-8b", "--dtype", "bf16", "--chip", "H100 SXM", "--batch", "8",
+                 "--context", "1024", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    info = arch_info("llama-3.1-8b", "bfloat16")
+    expected = costs.forward_cost(info, batch=8, tokens_fed=1, context_len=1024, logits_positions=1)
+    assert out["bytes"] == expected.bytes and out["total_flops"] == expected.total_flops
+    assert out["peaks"]["method"] == "modelled" and out["bound"] == "memory"
+    assert main(["cost", "--model", "arch:gpt2", "--context", "64", "--no-cache", "--chip", "A100 80GB"]) == 0
+    text = capsys.readouterr().out
+    assert "weights/position_embedding" in text and "kv_read" in text
+    assert "(compute-bound)" in text  # no cache: fp32 GPT-2 recomputing 64 positions on an A100
+    assert main(["cost", "--model", "arch:gpt2", "--context", "5000", "--chip", "L4"]) == 2
+    assert "exceeds the model's 1024 positions" in capsys.readouterr().err

@@ -169,3 +169,23 @@ def test_out_of_memory_detection():
     assert not experiments.is_out_of_memory(RuntimeError("size mismatch"))
     free = experiments.available_bytes(torch.device("cpu"))
     assert free is None or free > 0
+
+
+def test_cli_sweep_writes_table_and_notes(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from explorer.cli import main
+
+    out = tmp_path / "batch.csv"
+    assert main(["sweep", "batch", "--model", "arch:smollm2-135m", "--batches", "1,2", "--context", "8",
+                 "--repeats", "1", "--csv", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "tokens_per_s_total_measured" in text and "roofline knee" in text
+    df = pd.read_csv(out)
+    assert list(df.columns) == experiments.BATCH_COLUMNS and list(df.batch) == [1, 2]
+    attrs = json.loads((tmp_path / "batch.csv.attrs.json").read_text())
+    assert attrs["sweep"] == "batch" and attrs["notes"] == []
+    assert main(["sweep", "cache", "--model", "arch:smollm2-135m", "--batches", "1,2"]) == 2
+    assert "does not take --batches" in capsys.readouterr().err

@@ -90,3 +90,15 @@ def test_bandwidth_for_uses_cache_speed_only_when_it_fits():
 def test_last_level_cache_is_read_or_none():
     llc = hardware.last_level_cache_bytes(torch.device("cpu"))
     assert llc is None or llc >= 1 << 16
+
+
+def test_cli_hardware(capsys, peaks):
+    from explorer.cli import main
+
+    assert main(["hardware", "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured"]["copy_gbps"] == peaks.copy_gbps  # the cached measurement
+    assert {c["name"] for c in out["known_chips_modelled"]} >= set(REQUIRED_CHIPS)
+    assert main(["hardware", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "copy" in text and "GB/s" in text and "H200" in text and "datasheet" in text
