@@ -286,11 +286,12 @@ class Session:
         if not 0 <= row < raw.shape[0]:
             raise ValueError(f"row {row} is outside the batch of {raw.shape[0]}")
         probs = [{"name": name, "probs": x[row].softmax(-1).cpu()} for name, x in stages]
-        return {"step": index, "logits": raw[row].cpu(), "raw": raw[row].softmax(-1).cpu(),
+        return {"step": index, "logits": raw[row].to("cpu", copy=True), "raw": raw[row].softmax(-1).cpu(),
                 "final": probs[-1]["probs"], "stages": probs}
 
     # --- one step, phase by phase ----------------------------------------------------------------
 
+    @torch.inference_mode()
     def _step(self, forced: torch.Tensor | None) -> Step:
         if self.done:
             raise SessionDone(f"the session has stopped ({self.stop_reason}); rewind() or fork() to go on")
@@ -330,7 +331,7 @@ class Session:
     def _pick(self, final: torch.Tensor, forced: torch.Tensor | None) -> tuple[torch.Tensor, Draw | None]:
         if forced is not None:
             return forced, None
-        draw = choose_token(final, self.sampling.is_greedy, self._gen)
+        draw = choose_token(final, self.sampling.is_greedy, self._gen, greedy_cdf=False)  # _record fills it
         return draw.tokens, draw
 
     def _pad_finished(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -367,11 +368,11 @@ class Session:
     def _record(self, index: int, fed: int, context: int, raw: torch.Tensor, stages, tokens: list[int],
                 draw: Draw | None, forced: bool) -> Step:
         """Row 0's Step: the token's probabilities and ranks, top_n, stages, the draw, costs."""
-        st = step_statistics(raw, stages, torch.tensor(tokens[:1], device=raw.device), self.top_n)
+        st = step_statistics(raw, stages, tokens[0], self.top_n, cdf_lo=draw is None)
         top = [{"id": i, "text": self._text(i), "raw": a, "final": b} for i, a, b in st["top"]]
         if draw is not None:
-            draw_d = {"u": draw.u[0], "cdf_lo": draw.cdf_lo[0], "cdf_hi": draw.cdf_hi[0],
-                      "greedy": self.sampling.is_greedy}
+            hi = draw.cdf_hi[0] if draw.cdf_hi else st["prob_final"]  # greedy: the argmax's final probability
+            draw_d = {"u": draw.u[0], "cdf_lo": draw.cdf_lo[0], "cdf_hi": hi, "greedy": self.sampling.is_greedy}
         else:  # forced: no number drawn; where the token sits in the final CDF
             lo = st["cdf_lo_final"]
             draw_d = {"u": None, "cdf_lo": lo, "cdf_hi": lo + st["prob_final"], "greedy": False, "forced": True}

@@ -151,7 +151,7 @@ def _phase_of(step: Step) -> str:
 
 # --- token strip ---------------------------------------------------------------------------------
 
-STRIP_WINDOW = 40
+STRIP_WINDOW = 24
 
 
 def strip_figure(color_by: str = "prob", *, height: int = 150) -> go.Figure:
@@ -166,7 +166,7 @@ def strip_figure(color_by: str = "prob", *, height: int = 150) -> go.Figure:
         dict(colorscale="RdYlGn_r", cauto=True, colorbar=dict(title="H (nats)", thickness=10))
     fig = go.Figure(
         data=[go.Bar(name="tokens", x=[], y=[], text=[], customdata=[], hovertext=[],
-                     hoverinfo="text", textposition="inside", insidetextanchor="middle",
+                     hoverinfo="text", textposition="inside", insidetextanchor="middle", textangle=0,
                      textfont=dict(size=13), width=0.96, marker=dict(coloraxis="coloraxis"),
                      showlegend=False)],
         layout=_layout(height=height, margin=dict(l=10, r=10, t=30, b=30),
@@ -229,9 +229,8 @@ def token_strip(trace: Trace, color_by: str = "prob", window: int | None = None)
 def distribution_figure(*, height: int = 360) -> go.Figure:
     """Three panels for one step: top-n bars (raw vs final), the stage waterfall, the draw on the CDF."""
     fig = make_subplots(rows=1, cols=3, column_widths=[0.52, 0.22, 0.26], horizontal_spacing=0.07,
-                        subplot_titles=("top tokens: raw vs final probability (click a bar to branch)",
-                                        "sampling stages: mass and tokens kept",
-                                        "the draw on the final CDF"))
+                        subplot_titles=("top-n: raw vs final probability (click a bar to branch)",
+                                        "stages: mass and tokens kept", "the draw on the final CDF"))
     fig.add_trace(go.Bar(name="raw", x=[], y=[], customdata=[], hovertext=[], hoverinfo="text",
                          marker=dict(color="#b0b0b0"), legendgroup="p"), row=1, col=1)
     fig.add_trace(go.Bar(name="final", x=[], y=[], customdata=[], hovertext=[], hoverinfo="text",
@@ -248,8 +247,10 @@ def distribution_figure(*, height: int = 360) -> go.Figure:
                   row=1, col=3)
     _style_axes(fig)
     fig.update_layout(**_layout(height=height, barmode="group", clickmode="event",
-                      title=dict(text="Next-token distribution", font=dict(size=14)),
-                      legend=dict(orientation="h", x=0, y=-0.25)))
+                      title=dict(text="Next-token distribution", font=dict(size=14), y=0.98, yanchor="top"),
+                      margin=dict(l=60, r=20, t=95, b=60),
+                      legend=dict(orientation="v", x=0.5, xanchor="right", y=0.97, yanchor="top",
+                                  bgcolor="rgba(255,255,255,0.7)")))
     fig.update_yaxes(title_text="probability", range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="mass kept", range=[0, 1.15], row=1, col=2)
     fig.update_yaxes(title_text="cumulative final p", range=[0, 1.05], row=1, col=3)
@@ -287,13 +288,14 @@ def _cdf_columns(step: Step, top: list[dict]) -> Columns:
     hover = [f"{show_token(t['text'])}: final {t['final']:.4f}, cumulative {c:.4f}" for t, c in zip(ranked, cum)]
     draw = step.draw or {}
     lo, hi = draw.get("cdf_lo"), draw.get("cdf_hi")
-    rank = step.rank_final
+    rank = min(step.rank_final, len(ranked))  # a token beyond the top-n sits just right of them
+    beyond = f"; chosen rank {step.rank_final}, beyond the top {len(ranked)}" if step.rank_final >= len(ranked) else ""
     band_x = np.array([rank, rank], dtype=np.float64) if lo is not None else np.empty(0)
     band_y = np.array([lo, hi], dtype=np.float64) if lo is not None else np.empty(0)
     u = draw.get("u")
     if u is not None:
-        u_cols = {"x": np.array([0.0, max(len(ranked) - 1, rank, 1)]), "y": np.array([u, u]),
-                  "text": _objs(["", f"u = {u:.3f}"])}
+        u_cols = {"x": np.array([0.0, max(len(ranked), rank, 1)]), "y": np.array([u, u]),
+                  "text": _objs(["", f"u = {u:.3f}{beyond}"])}
     else:
         label = "forced: chosen by you" if step.forced else "greedy: argmax (no draw)"
         u_cols = {"x": np.array([0.0]), "y": np.array([1.0]), "text": _objs([label])}
@@ -399,7 +401,7 @@ def traffic_figure(peak_gbps: float | None = None, *, label: str = "", height: i
     _style_axes(fig)
     fig.update_layout(**_layout(height=height,
                       title=dict(text="Memory traffic per step", font=dict(size=14)),
-                      legend=dict(orientation="h", x=0, y=1.1)))
+                      legend=dict(orientation="v", x=1.02, y=1, traceorder="normal")))
     fig.update_yaxes(title_text="MB", row=1, col=1)
     fig.update_yaxes(title_text="GB/s", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(title_text="MB", rangemode="tozero", row=3, col=1)

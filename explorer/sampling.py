@@ -170,13 +170,21 @@ class Draw:
     cdf_hi: list[float]  # ... including the chosen one
 
 
-def choose_token(final_logits: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> Draw:
-    """argmax, or inverse-CDF sampling over tokens sorted by final probability (most likely first)."""
-    probs = final_logits.float().softmax(dim=-1)  # [B, V]
+def choose_token(final_logits: torch.Tensor, greedy: bool, generator: torch.Generator | None,
+                 greedy_cdf: bool = True) -> Draw:
+    """argmax, or inverse-CDF sampling over tokens sorted by final probability (most likely first).
+
+    greedy_cdf=False skips computing a greedy token's cdf_hi (its final probability; the caller
+    has it already): cdf_hi is then an empty list.
+    """
     if greedy:  # argmax, as generate() does (first index among ties); the CDF starts at 0
-        tokens = probs.argmax(dim=-1)  # [B]
-        hi = probs.gather(1, tokens.unsqueeze(-1)).squeeze(-1)
-        return Draw(tokens=tokens, u=[None] * probs.shape[0], cdf_lo=[0.0] * probs.shape[0], cdf_hi=hi.tolist())
+        tokens = final_logits.argmax(dim=-1)  # [B]
+        b = final_logits.shape[0]
+        if not greedy_cdf:
+            return Draw(tokens=tokens, u=[None] * b, cdf_lo=[0.0] * b, cdf_hi=[])
+        hi = final_logits.float().softmax(dim=-1).gather(1, tokens.unsqueeze(-1)).squeeze(-1)
+        return Draw(tokens=tokens, u=[None] * b, cdf_lo=[0.0] * b, cdf_hi=hi.tolist())
+    probs = final_logits.float().softmax(dim=-1)  # [B, V]
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)
     cdf = sorted_p.cumsum(dim=-1)  # [B, V]
     uu = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64).to(probs.device)  # [B]
@@ -190,48 +198,50 @@ def choose_token(final_logits: torch.Tensor, greedy: bool, generator: torch.Gene
     return Draw(tokens=tokens, u=u, cdf_lo=lo.tolist(), cdf_hi=hi.tolist())
 
 
-def step_statistics(logits: torch.Tensor, stages: list[tuple[str, torch.Tensor]], tokens: torch.Tensor,
-                    top_n: int, row: int = 0) -> dict:
-    """Everything a recorded step needs about row `row`, in one pass and one device->host copy.
+def step_statistics(logits: torch.Tensor, stages: list[tuple[str, torch.Tensor]], token: int,
+                    top_n: int, row: int = 0, cdf_lo: bool = True) -> dict:
+    """Everything a recorded step needs about `token` in row `row`, in one pass and one copy to the host.
 
-    Equal to stage_summary() and entropy() (tests check it), but computes each distinct stage
-    tensor once (stages a setting leaves off return their input unchanged) and batches the work:
-    returns {"prob_raw", "prob_final", "rank_raw", "rank_final", "entropy_raw", "entropy_final",
-    "cdf_lo_final" (final mass ranked above the token), "stages", "top": [(id, raw, final)]}.
-    Ranks count tokens with a strictly larger logit (0 = most likely).
+    Equal to stage_summary() and entropy() (tests check it), but each distinct stage tensor is
+    handled once (a stage that is switched off returns its input unchanged) and the work is batched.
+    Returns {"prob_raw", "prob_final", "rank_raw", "rank_final", "entropy_raw", "entropy_final",
+    "cdf_lo_final" (final mass of the tokens ranked above it; None with cdf_lo=False), "stages",
+    "top": [(id, raw, final)]}.
+    Ranks count the tokens with a strictly larger logit (0 = most likely); top is by raw probability.
     """
     tensors = [logits] + [after for _, after in stages]
     uniq: list[torch.Tensor] = []
     where = [_index_by_identity(uniq, t) for t in tensors]  # position of each tensor in uniq
     x = torch.stack([t[row].float() for t in uniq]) if len(uniq) > 1 else uniq[0][row:row + 1].float()  # [U, V]
+    u, n = x.shape[0], top_n
     logp = x.log_softmax(dim=-1)  # [U, V]
     p = logp.exp()
-    finite = torch.isfinite(x)  # [U, V]
-    tok = tokens[row].view(1, 1).expand(x.shape[0], 1)  # [U, 1]
-    chosen = x.gather(1, tok)  # [U, 1]
-    above = x > chosen  # [U, V]
-    top_ids = torch.topk(x[0], top_n).indices  # [n] by raw probability
-    numbers = torch.cat([
-        torch.special.xlogy(p, p).sum(-1).neg(),  # [U] entropy in nats
-        finite.sum(-1).to(p.dtype),  # [U] tokens kept
-        (p @ finite.to(p.dtype).T).flatten(),  # [U*U] mass of p_i on tokens finite in j
-        p.gather(1, tok).squeeze(1),  # [U] probability of the token
-        above.sum(-1).to(p.dtype),  # [U] rank
-        (p * above).sum(-1),  # [U] mass ranked above
-        top_ids.to(p.dtype), p[:, top_ids].flatten(),  # [n], [U*n]
-    ]).tolist()
-    u, n = x.shape[0], top_n
-    ent, kept, mass = numbers[:u], numbers[u:2 * u], numbers[2 * u:2 * u + u * u]
-    prob, rank, lo = numbers[2 * u + u * u:3 * u + u * u], numbers[3 * u + u * u:4 * u + u * u], \
-        numbers[4 * u + u * u:5 * u + u * u]
-    rest = numbers[5 * u + u * u:]
-    ids, tops = rest[:n], rest[n:]
+    kept = x > NEG_INF  # [U, V] tokens a stage kept (filtered tokens are -inf)
+    above = x > x[:, token:token + 1]  # [U, V] tokens ranked above the token
+    top_ids = torch.topk(x[0], n).indices  # [n]
+    parts = [
+        (p * logp).nansum(-1),  # [U] minus the entropy; 0 * -inf terms are dropped
+        kept.sum(-1),  # [U] tokens kept
+        # [U*U] mass of distribution i on the tokens kept in j (i == j: all of it, p is 0 where x is -inf)
+        (p.unsqueeze(1) * kept.unsqueeze(0)).sum(-1).flatten() if u > 1 else p.sum(-1),
+        p[:, token],  # [U] probability of the token
+        above.sum(-1),  # [U] its rank
+        top_ids, p[:, top_ids].flatten(),  # [n] (exact in float32 below 2**24), [U*n]
+    ]
+    if cdf_lo:
+        parts.append((p * above).sum(-1))  # [U] mass ranked above it
+    numbers = torch.cat([t.to(p.dtype) for t in parts]).tolist()
+    negent, kept_n, mass = numbers[:u], numbers[u:2 * u], numbers[2 * u:2 * u + u * u]
+    base = 2 * u + u * u
+    prob, rank = numbers[base:base + u], numbers[base + u:base + 2 * u]
+    ids, tops = numbers[base + 2 * u:base + 2 * u + n], numbers[base + 2 * u + n:base + 2 * u + n + u * n]
+    lo = numbers[base + 2 * u + n + u * n:] if cdf_lo else None
     f = where[-1]
-    summary = [{"name": name, "mass": mass[where[i] * u + where[i + 1]], "kept": int(kept[where[i + 1]])}
+    summary = [{"name": name, "mass": mass[where[i] * u + where[i + 1]], "kept": int(kept_n[where[i + 1]])}
                for i, (name, _) in enumerate(stages)]
     return {"prob_raw": prob[0], "prob_final": prob[f], "rank_raw": int(rank[0]), "rank_final": int(rank[f]),
-            "entropy_raw": ent[0], "entropy_final": ent[f], "cdf_lo_final": lo[f], "stages": summary,
-            "top": [(int(i), tops[j], tops[f * n + j]) for j, i in enumerate(ids)]}
+            "entropy_raw": -negent[0], "entropy_final": -negent[f], "cdf_lo_final": lo[f] if cdf_lo else None,
+            "stages": summary, "top": [(int(i), tops[j], tops[f * n + j]) for j, i in enumerate(ids)]}
 
 
 def _index_by_identity(uniq: list[torch.Tensor], t: torch.Tensor) -> int:

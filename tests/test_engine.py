@@ -409,3 +409,47 @@ def test_distribution_before_any_step_and_after_rewind_is_explained(tiny):
     s.rewind(1)
     with pytest.raises(ValueError, match="rewind"):
         s.distribution()
+
+
+# --- benchmark and CLI ------------------------------------------------------------------------------
+
+
+def test_overhead_benchmark_reports_both_medians_and_the_ratio(tiny):
+    from explorer.engine import overhead_benchmark
+
+    out = overhead_benchmark(tiny, [1, 2, 3, 4], new_tokens=6, repeats=2)
+    assert out["generate"]["repeats"] == out["session"]["repeats"] == 2
+    assert out["ratio"] == pytest.approx(out["session"]["median_s"] / out["generate"]["median_s"])
+    assert out["same_tokens"] is True and out["new_tokens"] == 6 and out["session_forward_ms"] > 0
+
+
+def test_cli_generate_table_and_json(target, capsys):
+    from explorer.cli import main
+
+    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "5", "--greedy", "--no-roofline"]) == 0
+    table = capsys.readouterr().out
+    assert "prefill" in table and "latency ms" in table and "stop: max_new_tokens" in table
+    assert len([line for line in table.splitlines() if line.strip()[:1].isdigit()]) == 5
+    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "4", "--seed", "1", "--top-k", "5",
+                 "--no-cache", "--top-n", "3", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {"prompt", "settings", "model", "steps"} <= set(d) and len(d["steps"]) == 4
+    assert d["settings"]["use_cache"] is False and d["settings"]["top_k"] == 5 and len(d["steps"][0]["top"]) == 3
+    assert d["steps"][0]["flops"] > 0 and d["steps"][0]["bound"] in ("memory", "compute")
+
+
+def test_cli_bad_settings_are_one_clear_line(capsys):
+    from explorer.cli import main
+
+    assert main(["generate", "--prompt", "x", "--top-p", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("explorer: top_p must be in (0, 1]") and len(err.strip().splitlines()) == 1
+
+
+def test_cli_bench_overhead_json(capsys):
+    from explorer.cli import main
+
+    assert main(["bench", "overhead", "--model", "bundled:draft", "--new-tokens", "4", "--repeats", "1",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["ratio"] > 0 and d["new_tokens"] == 4 and d["model"] == "bundled:draft"

@@ -162,8 +162,7 @@ def test_step_statistics_equal_stage_summary_and_entropy(s):
     final = stages[-1][1]
     for row in range(3):
         for token in (int(final[row].argmax()), int(torch.isfinite(final[row]).logical_not().int().argmax())):
-            tokens = torch.full((3,), token)
-            st = S.step_statistics(logits, stages, tokens, top_n=7, row=row)
+            st = S.step_statistics(logits, stages, token, top_n=7, row=row)
             ref = S.stage_summary(logits, stages, row=row)
             assert [d["kept"] for d in st["stages"]] == [d["kept"] for d in ref]
             assert [d["mass"] for d in st["stages"]] == pytest.approx([d["mass"] for d in ref], abs=1e-6)

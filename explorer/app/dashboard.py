@@ -28,7 +28,7 @@ from explorer import plots
 from explorer.app import controls as C
 from explorer.app.export import download_link, trace_csv, trace_json
 from explorer.app.guard import Guard
-from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, resync
+from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, refit, resync
 from explorer.loading import LoadedModel, ModelNotFoundError, available_models, load
 from explorer.sampling import Sampling
 
@@ -161,6 +161,10 @@ class Dashboard:
         """Only the visible tab's chart is sent data per step; a tab catches up when it is selected."""
         for i, chart in enumerate((self.latency, self.traffic, self.roofline)):
             chart.set_live(index == i)
+        shown = {0: [self.latency.fig], 1: [self.traffic.fig], 2: [self.roofline.fig],
+                 3: self.sweeps.shown_figures(), 4: self.speculative.figures()}.get(index, [])
+        for fig in shown:
+            refit(fig)
 
     def _layout(self) -> None:
         sp, rp, bp = self.sampling_parts, self.run_parts, self.button_parts
@@ -174,8 +178,7 @@ class Dashboard:
         bar = W.HBox([bp["step"], bp["play"], bp["pause"], bp["rewind"], bp["reset"], self.step_count,
                       self.color_toggle, self.inspect], layout=W.Layout(align_items="center", flex_flow="row wrap"))
         main = W.VBox([bar, self.strip_box, self.dist.fig], layout=W.Layout(flex="1 1 auto", min_width="0"))
-        title = W.HTML("<h3 style='margin:4px 0'>Inference Explorer: one forward pass per token</h3>")
-        self.widget = W.VBox([title, self.message, W.HBox([side, main], layout=W.Layout(width="100%")), self.tabs],
+        self.widget = W.VBox([self.message, W.HBox([side, main], layout=W.Layout(width="100%")), self.tabs],
                              layout=W.Layout(width="100%"))
         self.widget.add_class("ie-dashboard")
         self.parts: dict[str, W.Widget] = {

@@ -34,9 +34,11 @@ class SpeculativeTab:
                                 layout=W.Layout(width="170px")), "spec-k")
         self.round_button = _cls(W.Button(description="Round", icon="step-forward", button_style="primary",
                                           tooltip="one round: k draft passes, one verify pass"), "spec-step")
-        self.run_button = _cls(W.Button(description=f"Run {RUN_TOKENS} tokens", icon="forward"), "spec-run")
+        self.run_button = _cls(W.Button(description=f"Run {RUN_TOKENS} tokens", icon="forward",
+                                        layout=W.Layout(width="auto")), "spec-run")
         self.reset_button = _cls(W.Button(description="Reset", icon="refresh"), "spec-reset")
         self.bench_button = _cls(W.Button(description="Benchmark k = 1..k", icon="tachometer",
+                                          layout=W.Layout(width="auto"),
                                           tooltip="predicted vs measured speedup against target-only decoding"),
                                  "spec-bench")
         self.progress = _cls(W.IntProgress(value=0, min=0, max=1, description="benchmark",

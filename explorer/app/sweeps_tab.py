@@ -15,7 +15,7 @@ import ipywidgets as W
 
 from explorer import plots
 from explorer.app.export import download_link
-from explorer.app.views import figure_widget
+from explorer.app.views import figure_widget, refit
 
 # (what the sizes box holds, its default, the help text)
 SIZES = {
@@ -39,6 +39,7 @@ class SweepsTab:
         self.parts["sweep-repeats"] = self.repeats
         pages = [self._page(kind) for kind in plots.SWEEPS]
         self.inner = W.Tab(children=pages, titles=[TITLES[k] for k in plots.SWEEPS])
+        self.inner.observe(lambda ch: [refit(f) for f in self.shown_figures()], names="selected_index")
         self.widget = W.VBox([W.HTML("Each sweep times the current model on this machine (median of the repeats, "
                                      "device-synchronised) next to the roofline bound (modelled: dotted)."),
                               self.repeats, self.inner])
@@ -66,6 +67,11 @@ class SweepsTab:
 
     def figures(self):
         return list(self.charts.values())
+
+    def shown_figures(self):
+        """The chart of the sweep whose inner tab is selected."""
+        index = self.inner.selected_index
+        return [] if index is None else [self.charts[plots.SWEEPS[index]]]
 
     def threads(self):
         return [self._thread]

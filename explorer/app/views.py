@@ -35,6 +35,12 @@ def figure_widget(builder: Callable[..., go.Figure], *args) -> go.FigureWidget:
     return figure_widget_class()(deepcopy(_spec(builder, args)))
 
 
+def refit(fig: go.FigureWidget) -> None:
+    """Ask the browser to size the figure to its container again (a figure first drawn inside a hidden
+    tab gets plotly's default 700 px)."""
+    fig.plotly_relayout({"autosize": True})
+
+
 def resync(fig: go.FigureWidget) -> None:
     """Copy the Python-side figure into its synced traits, so a view created now shows current data.
 

@@ -1,0 +1,341 @@
+"""Serving the dashboard: `explorer app` settings, and real-browser tests (Voila + Debian chromium + playwright).
+
+One server and one page serve the browser checks in order (load, Step, bar-click branch, error,
+Rewind, screenshot, a closed tab's kernel reclaimed); a second server checks shared mode. Outside CI
+the browser tests skip with a printed reason where no browser can be had; under CI=true that is a failure.
+Nothing here asserts on wall-clock speed: the measured times are printed (see scripts/bench_browser.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import browser_support as bs  # noqa: E402
+
+from explorer.app import serve  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCREENSHOT = REPO / "assets" / "dashboard.png"
+CULL_S = 4  # the test server reclaims a closed tab's kernel after 4 s idle (checked every second)
+
+
+# --- settings and command line (no browser) ------------------------------------------------------
+
+
+def test_config_validates_and_builds_the_voila_command(tmp_path):
+    cfg = serve.AppConfig(port=9999, pool_size=2, cull_idle_timeout=60, open_browser=False)
+    cmd = serve.voila_command(cfg, notebook=tmp_path / "x.ipynb")
+    assert cmd[1].endswith("serve.py") and cmd[2] == str(tmp_path / "x.ipynb")
+    for flag in ("--port=9999", "--Voila.ip=127.0.0.1", "--Voila.port_retries=0", "--preheat_kernel=True",
+                 "--pool_size=2", "--MappingKernelManager.cull_idle_timeout=60",
+                 "--MappingKernelManager.cull_interval=15", "--MappingKernelManager.cull_connected=False",
+                 "--VoilaConfiguration.multi_kernel_manager_class=__main__.ExplorerKernelManager"):
+        assert flag in cmd
+    assert "--preheat_kernel=False" in serve.voila_command(serve.AppConfig(pool_size=0), notebook=tmp_path)
+    for bad in (dict(port=0), dict(port=70000), dict(pool_size=-1), dict(pool_size=1.5), dict(cull_idle_timeout=0),
+                dict(refill_delay=-1), dict(models_config=tmp_path / "m.json"), dict(notebook=tmp_path / "none")):
+        with pytest.raises(ValueError):
+            serve.AppConfig(**bad)
+
+
+def test_models_config_is_read_and_checked(tmp_path):
+    good = tmp_path / "models.json"
+    good.write_text(json.dumps({"models": ["bundled:target", " arch:gpt2 "]}))
+    assert serve.AppConfig(shared=True, models_config=good).models == ["bundled:target", "arch:gpt2"]
+    (tmp_path / "list.json").write_text('["bundled:draft"]')
+    assert serve.read_models_config(tmp_path / "list.json") == ["bundled:draft"]
+    for name, text in (("broken.json", "{models"), ("empty.json", '{"models": []}'), ("nums.json", "[1, 2]")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=name):
+            serve.read_models_config(tmp_path / name)
+    with pytest.raises(ValueError, match="not found"):
+        serve.read_models_config(tmp_path / "missing.json")
+
+
+def test_kernel_env_sets_shared_mode_only_when_asked(tmp_path):
+    cfg_file = tmp_path / "m.json"
+    cfg_file.write_text('["bundled:target"]')
+    base = {"EXPLORER_SHARED": "1", "EXPLORER_MODELS_CONFIG": "/stale", "PATH": "/bin"}
+    plain = serve.kernel_env(serve.AppConfig(), base)
+    assert "EXPLORER_SHARED" not in plain and "EXPLORER_MODELS_CONFIG" not in plain and plain["PATH"] == "/bin"
+    assert plain[serve.WIDGET_JS_ENV].startswith("/explorer/static/widgetbundle.js?v=")
+    shared = serve.kernel_env(serve.AppConfig(shared=True, models_config=cfg_file), base)
+    assert shared["EXPLORER_SHARED"] == "1" and shared["EXPLORER_MODELS_CONFIG"] == str(cfg_file)
+
+
+def test_figure_widget_loads_plotly_by_url_under_the_app(monkeypatch):
+    import plotly.graph_objects as go
+
+    monkeypatch.delenv(serve.WIDGET_JS_ENV, raising=False)
+    assert serve.figure_widget_class() is go.FigureWidget
+    monkeypatch.setenv(serve.WIDGET_JS_ENV, "/explorer/static/widgetbundle.js?v=1")
+    fig = serve.figure_widget_class()(go.Figure(go.Bar(y=[1, 2])))
+    assert isinstance(fig, go.FigureWidget) and list(fig.data[0].y) == [1, 2]
+    assert len(fig._esm) < 300 and "/explorer/static/widgetbundle.js?v=1" in fig._esm  # vs ~5 MB inline
+    assert len(go.FigureWidget()._esm) > 1_000_000
+    assert serve.plotly_bundle().is_file()
+
+
+def test_capacity_arithmetic_and_line():
+    mb = 1024 * 1024
+    cap = serve.capacity_from({"uss": 150 * mb, "rss": 250 * mb, "pss": 170 * mb}, available=1000 * mb)
+    assert cap.visitors == 6
+    assert cap.line() == "this machine can hold about 6 visitors (one kernel ≈ 150 MB, 1000 MB free)"
+    with pytest.raises(ValueError):
+        serve.capacity_from({"uss": 0, "rss": 0, "pss": 0}, available=mb)
+
+
+def test_app_refuses_a_busy_port(capsys):
+    from explorer.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert main(["app", "--no-browser", "--port", str(s.getsockname()[1])]) == 2
+    assert "pick another with --port" in capsys.readouterr().err
+    assert main(["app", "--no-browser", "--models-config", "x.json"]) == 2
+
+
+# --- the real browser ----------------------------------------------------------------------------
+
+
+def _need_browser() -> None:
+    reason = bs.browser_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI", "").strip().lower() in ("true", "1"):
+        pytest.fail(f"browser tests must run under CI, but: {reason}")
+    print(f"\nskipping the browser tests: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    _need_browser()
+    if not (REPO / "assets" / "models" / "target" / "config.json").is_file():
+        pytest.fail("the bundled target model is missing (assets/models/target); the dashboard needs it")
+    server = bs.AppServer(pool_size=1, cull_idle_timeout=CULL_S, home=tmp_path_factory.mktemp("app-home"))
+    t0 = time.perf_counter()
+    server.start()
+    print(f"\nexplorer app ready (listening, pool kernel quiet) in {time.perf_counter() - t0:.1f} s")
+    yield server
+    server.stop()
+    assert server.leftovers == 0, "kernels outlived the server"
+
+
+@pytest.fixture(scope="module")
+def browser(app):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = bs.launch_chromium(pw)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def context(browser, app):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx.answered_offline = bs.answer_offline(ctx, app.url)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture(scope="module")
+def page(context, app):
+    page, tti = bs.open_dashboard(context, app.url)
+    page.tti = tti
+    print(f"\ntime to interactive (navigation -> Step enabled, preheated kernel): {tti:.2f} s")
+    return page
+
+
+def _step(page) -> str:
+    """Click Step; wait for the step count to go up and the redraw to settle; return the strip's text."""
+    n = _steps_taken(page)
+    page.click(bs.STEP_READY)
+    page.wait_for_function("(n) => { const m = /step (\\d+)/.exec(document.querySelector('.ie-step-count').innerText);"
+                           " return m && Number(m[1]) > n; }", arg=n, timeout=30000)
+    bs.wait_quiet(page)
+    page.wait_for_selector(bs.STEP_READY, timeout=30000)
+    return bs.strip_text(page)
+
+
+def _steps_taken(page) -> int:
+    m = re.match(r"step (\d+)", bs.step_count(page))
+    assert m, f"step count reads {bs.step_count(page)!r}"
+    return int(m.group(1))
+
+
+@pytest.mark.browser
+def test_page_loads_and_becomes_interactive(page, context, app):
+    assert page.is_enabled(bs.STEP_READY)
+    assert _steps_taken(page) == 0
+    assert "error" not in bs.message_text(page).lower()
+    for name in ("model", "prompt", "temperature", "top-p", "play", "rewind", "reset", "dist", "strip", "tabs"):
+        assert page.locator(f".ie-{name}").count() >= 1, f".ie-{name} missing from the page"
+    external = [u for u in context.answered_offline if not u.startswith(app.url)]
+    assert all("fontawesome" in u or "cdn" in u for u in external), external
+    assert len(app.kernels()) >= 1
+
+
+@pytest.mark.browser
+def test_step_updates_strip_and_distribution(page):
+    before_strip, before_dist, n = bs.strip_text(page), bs.dist_signature(page), _steps_taken(page)
+    timed = bs.click_and_time(page, "step")
+    assert timed["strip_ms"] is not None and timed["dist_ms"] is not None, timed
+    bs.wait_quiet(page)
+    page.wait_for_selector(bs.STEP_READY)
+    assert bs.strip_text(page) != before_strip and bs.strip_text(page).startswith(before_strip)
+    assert bs.dist_signature(page) != before_dist
+    assert _steps_taken(page) == n + 1
+    assert bs.token_count(page) == n + 1
+    print(f"\nStep click -> strip changed {timed['strip_ms']:.0f} ms, distribution {timed['dist_ms']:.0f} ms")
+
+
+def _token_at(page, step: int) -> str:
+    """The strip's token of `step`, labelled as the charts label tokens (space -> ·, newline -> ⏎)."""
+    from explorer.plots import show_token
+
+    return show_token(page.text_content(f".ie-strip-text .ie-tok[data-step='{step}']"))
+
+
+@pytest.mark.browser
+def test_bar_click_branches(page):
+    for _ in range(3):
+        _step(page)
+    n = _steps_taken(page)
+    last = n - 1  # the distribution shows the latest step
+    labels = page.evaluate("() => [...document.querySelectorAll('.ie-dist .xtick text')].map(t => t.textContent)")
+    chosen = _token_at(page, last)
+    final = page.locator(".ie-dist .trace.bars").nth(1).locator("path")
+    heights = [final.nth(i).bounding_box()["height"] for i in range(min(final.count(), len(labels)))]
+    ranked = sorted(range(len(heights)), key=lambda i: -heights[i])
+    pick = next(i for i in ranked if labels[i] != chosen)  # the most likely token that was not drawn
+    box = final.nth(pick).bounding_box()
+    old = bs.strip_text(page)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + max(1.0, box["height"] / 2))
+    page.wait_for_function("([step, old]) => { const t = document.querySelector("
+                           "`.ie-strip-text .ie-tok[data-step='${step}']`); return t && t.textContent !== old; }",
+                           arg=[last, page.text_content(f".ie-strip-text .ie-tok[data-step='{last}']")],
+                           timeout=30000)
+    bs.wait_quiet(page)
+    page.wait_for_selector(bs.STEP_READY)
+    assert bs.strip_text(page) != old
+    assert _token_at(page, last) == labels[pick], (labels[pick], _token_at(page, last), bs.message_text(page))
+    assert _steps_taken(page) >= n
+
+
+@pytest.mark.browser
+def test_error_shows_a_message_and_the_next_step_works(page):
+    strip, n = bs.strip_text(page), _steps_taken(page)
+    page.select_option(".ie-model select", label=page.locator(".ie-model option").last.inner_text())
+    box = page.locator(".ie-model-custom input")
+    box.fill("nobody/no-such-model-for-explorer-tests")
+    box.press("Enter")
+    page.wait_for_function("() => /not|no such|could not|cannot|error|unknown/i.test("
+                           "document.querySelector('.ie-message').innerText)", timeout=60000)
+    message = bs.message_text(page)
+    assert "no-such-model" in message or "nobody" in message, message
+    assert bs.strip_text(page) == strip and _steps_taken(page) == n  # the session and charts stayed
+    page.wait_for_selector(bs.STEP_READY)
+    after = _step(page)
+    assert after.startswith(strip) and after != strip and _steps_taken(page) == n + 1
+
+    top_p = page.locator(".ie-top-p input")
+    top_p.fill("1.5")
+    top_p.press("Enter")
+    page.wait_for_function("() => /top.?p/i.test(document.querySelector('.ie-message').innerText)", timeout=30000)
+    assert bs.strip_text(page) == after
+    top_p.fill("1")
+    top_p.press("Enter")
+    assert _step(page).startswith(after)
+
+
+@pytest.mark.browser
+def test_rewind_restores_the_earlier_strip(page):
+    earlier, n = bs.strip_text(page), _steps_taken(page)
+    _step(page)
+    _step(page)
+    assert bs.strip_text(page) != earlier
+    for k in (n + 1, n):
+        page.click("button.ie-rewind")
+        page.wait_for_function("(k) => document.querySelectorAll('.ie-strip-text .ie-tok').length === k", arg=k,
+                               timeout=30000)
+        bs.wait_quiet(page)
+    assert bs.strip_text(page) == earlier and _steps_taken(page) == n
+
+
+@pytest.mark.browser
+def test_screenshot_for_the_readme(page):
+    _step(page)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    size = SCREENSHOT.stat().st_size
+    assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < size < 500_000, size
+
+
+def _kernel_id(page) -> str:
+    return page.evaluate("() => JSON.parse(document.getElementById('jupyter-config-data').textContent).kernelId")
+
+
+def _kernel_process(app, kernel_id: str):
+    found = [p for p in app.kernels() if any(kernel_id in part for part in p.cmdline())]
+    assert len(found) == 1, f"kernel {kernel_id} has {len(found)} processes"
+    return found[0]
+
+
+@pytest.mark.browser
+def test_closed_tab_kernel_is_reclaimed_and_open_tab_kept(page, context, app):
+    mine = _kernel_process(app, _kernel_id(page))
+    other, _ = bs.open_dashboard(context, app.url)
+    theirs = _kernel_process(app, _kernel_id(other))
+    assert theirs.pid != mine.pid
+    other.close(run_before_unload=True)  # Voila's shutdown beacon is refused (403); the culler must act
+    theirs.wait(timeout=CULL_S + 30)
+    assert not theirs.is_running()
+    time.sleep(CULL_S + 2)  # this tab has been idle for longer than the timeout: connected kernels stay
+    assert mine.is_running()
+    assert app.wait_kernels(1 + app.pool_size, timeout_s=60) == 1 + app.pool_size  # this tab + the pool
+    strip = bs.strip_text(page)
+    assert _step(page).startswith(strip)
+
+
+# --- shared (classroom) mode ---------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_shared_mode_offers_only_the_allow_list_and_states_capacity(browser, tmp_path_factory):
+    home = tmp_path_factory.mktemp("shared-home")
+    allow = home / "models.json"
+    allow.write_text(json.dumps({"models": ["bundled:target", "bundled:draft"]}))
+    server = bs.AppServer(pool_size=1, shared=True, models_config=str(allow), home=home)
+    server.start()
+    try:
+        pattern = r"this machine can hold about (\d+) visitors \(one kernel ≈ (\d+) MB, (\d+) MB free\)"
+        deadline = time.time() + 60  # printed once the pool kernel is measured, right after it goes quiet
+        while (line := re.search(pattern, server.log())) is None and time.time() < deadline:
+            time.sleep(0.5)
+        assert line, server.log()[-2000:]
+        visitors, kernel_mb, free_mb = map(int, line.groups())
+        assert kernel_mb > 20 and abs(visitors - free_mb / kernel_mb) <= 1, line.group(0)
+        print(f"\n{line.group(0)}")
+        env = server.kernels()[0].environ()
+        assert env.get("EXPLORER_SHARED") == "1" and env.get("EXPLORER_MODELS_CONFIG") == str(allow)
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        bs.answer_offline(ctx, server.url)
+        page, _ = bs.open_dashboard(ctx, server.url)
+        options = page.locator(".ie-model option").all_inner_texts()
+        assert [o.strip() for o in options] == ["bundled:target", "bundled:draft"]
+        assert page.locator(".ie-model-custom").count() == 0
+        assert _step(page)
+        ctx.close()
+    finally:
+        server.stop()
