@@ -192,6 +192,8 @@ def test_greedy_draw_is_argmax_with_first_index_on_ties():
     assert d.tokens.tolist() == [1, 0] == logits.argmax(-1).tolist()
     assert d.u == [None, None] and d.cdf_lo == [0.0, 0.0]
     assert d.cdf_hi == pytest.approx(logits.softmax(-1).amax(-1).tolist())
+    lean = S.choose_token(logits, greedy=True, generator=None, greedy_cdf=False)
+    assert torch.equal(lean.tokens, d.tokens) and lean.cdf_hi == []
 
 
 def test_sampled_draw_says_where_u_fell_and_never_picks_a_filtered_token():
