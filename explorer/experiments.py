@@ -165,7 +165,7 @@ def _attrs(sweep: str, lm: LoadedModel, peaks, repeats: int, warmup: int, notes:
     peaks_d = _plain_peaks(peaks)
     return {"sweep": sweep, "model": lm.info.name, "device": str(lm.device), "dtype": lm.info.dtype,
             "repeats": repeats, "warmup": warmup, "statistic": "median", "threads": torch.get_num_threads(),
-            "timer": Timer(lm.device).method, "peaks": peaks_d, "notes": notes,
+            "timer": Timer(lm.device).method, "load_average": hardware.load_average(), "peaks": peaks_d, "notes": notes,
             "columns": {c: COLUMNS[c] for c in columns}, **extra}
 
 
@@ -499,7 +499,7 @@ def dtype(lm: LoadedModel | str, *, dtypes: Iterable[str] = ("float32", "bfloat1
         progress_bar.close()
     attrs = {"sweep": "dtype", "model": first.info.name if first else lm, "device": str(dev),
              "dtype": [r["dtype"] for r in rows], "repeats": repeats, "warmup": 1, "statistic": "median",
-             "threads": torch.get_num_threads(), "timer": Timer(dev).method,
+             "threads": torch.get_num_threads(), "timer": Timer(dev).method, "load_average": hardware.load_average(),
              "peaks": {r["dtype"]: _plain_peaks(hardware.measure(dev, r["dtype"])) for r in rows if r["supported"]},
              "notes": notes, "columns": {c: COLUMNS[c] for c in DTYPE_COLUMNS}}
     return _frame(rows, DTYPE_COLUMNS, attrs)

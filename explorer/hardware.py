@@ -4,9 +4,13 @@ measure(device, dtype) times, with warm-up discarded and medians over repeats (C
 GPU, perf_counter after a synchronise elsewhere; see explorer.timing):
 
     copy        dst.copy_(src) of a buffer far larger than the last-level cache; bytes = read + write
-    read        src.sum() over the same buffer (read-only reduction); bytes = read
+    read        torch.mv(src.view(-1, 1024), x): a matrix-vector product over the same buffer, the
+                access pattern of a decode step's weight reads (read-only); bytes = read
     cache       the same copy on a buffer a quarter of the last-level cache (working sets that fit
                 in cache move faster than DRAM allows; the roofline uses this for them)
+    kernels     the skinny products decode runs, in `dtype`: torch.mv of a [2048, 4096] matrix and
+                F.linear of [16, 2048] by a [2048, 2048] weight and [128, 1024] by [1024, 1024]
+                (weights stored [out, in] as nn.Linear does); FLOPs = 2 * M * K * N
     matmul      a @ b of two square matrices in `dtype`; FLOPs = 2 * N^3 (N = 1024 on a CPU, and for
                 bf16/fp16 there small enough that one product takes ~0.1 s, as a CPU without
                 half-precision units emulates them slowly; 4096 on a GPU)
@@ -40,10 +44,10 @@ class Peaks:
     device: str
     dtype: str
     bandwidth_gbps: float  # roofline peak: max(copy_gbps, read_gbps) for working sets beyond cache_bytes
-    flops: float  # dense matmul FLOP/s in dtype
+    flops: float  # dense FLOP/s in dtype: the best median over the square matmul and the skinny kernels
     method: str  # "measured" | "modelled"
     copy_gbps: float | None = None  # large copy, read + write bytes counted
-    read_gbps: float | None = None  # large read-only reduction
+    read_gbps: float | None = None  # large read-only matrix-vector product
     cache_gbps: float | None = None  # copy of a buffer that fits the last-level cache
     cache_bytes: int | None = None  # last-level cache size (bytes); None when unknown
     bound_gbps: float | None = None  # best repeat of copy/read: the roofline's bandwidth (None: bandwidth_gbps)
@@ -177,9 +181,10 @@ def _copy_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, fl
 
 
 def _read_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
-    n = nbytes // 4
-    src = torch.ones(n, device=device)
-    m = time_repeats(lambda: src.sum(), device, repeats=plan.repeats, warmup=plan.warmup)
+    n = nbytes // 4 // 1024 * 1024
+    src = torch.ones(n // 1024, 1024, device=device)  # [rows, 1024]
+    x = torch.ones(1024, device=device)
+    m = time_repeats(lambda: torch.mv(src, x), device, repeats=plan.repeats, warmup=plan.warmup)
     return *_rates(n * 4 / GB, m), m
 
 
@@ -198,10 +203,41 @@ def _matmul_size(n: int, dtype: torch.dtype, device: torch.device, budget_s: flo
     return max(256, min(n, fit))
 
 
+SKINNY = ((16, 2048, 2048), (128, 1024, 1024))  # (M, K, N): nn.Linear products of batched decode steps
+MATVEC_SHAPE = (2048, 4096)  # [N, K]: a B=1 decode step's kernel
+
+
+def _kernel_rates(dtype: torch.dtype, device: torch.device, plan: Plan) -> dict[str, tuple[float, float, Measurement]]:
+    """FLOP/s of the skinny products decode runs: a matrix-vector product and [M, K] x [K, N] for small M.
+    On a CPU without half-precision matrix units these can outrun the square matmul for bf16/fp16 by
+    several times, so the peak takes the best of all of them (a lower bound must not be beaten)."""
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    out = {}
+    w = torch.randn(*MATVEC_SHAPE, generator=gen).to(device=device, dtype=dtype)
+    x = torch.randn(MATVEC_SHAPE[1], generator=gen).to(device=device, dtype=dtype)
+    m = time_repeats(lambda: torch.mv(w, x), device, repeats=max(plan.repeats, 5), warmup=plan.warmup)
+    out[f"mv {MATVEC_SHAPE[0]}x{MATVEC_SHAPE[1]}"] = (*_rates(2.0 * MATVEC_SHAPE[0] * MATVEC_SHAPE[1], m), m)
+    for M, K, N in SKINNY:
+        a = torch.randn(M, K, generator=gen).to(device=device, dtype=dtype)
+        b = torch.randn(N, K, generator=gen).to(device=device, dtype=dtype)  # [out, in], as nn.Linear stores it
+        m = time_repeats(lambda: torch.nn.functional.linear(a, b), device,  # noqa: B023
+                         repeats=max(plan.repeats, 5), warmup=plan.warmup)
+        out[f"linear {M}x{K}x{N}"] = (*_rates(2.0 * M * K * N, m), m)
+    return out
+
+
 def _matmul_flops(n: int, dtype: torch.dtype, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
     a, b = _square(n, dtype, device)
     m = time_repeats(lambda: a @ b, device, repeats=plan.repeats, warmup=plan.warmup)
     return *_rates(2.0 * n**3, m), m
+
+
+def load_average() -> list[float] | None:
+    """1/5/15-minute load average: on a shared machine, other work slows every figure."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 _BANDWIDTH: dict[tuple, dict[str, Any]] = {}
@@ -250,15 +286,18 @@ def measure(device: str | torch.device = "cpu", dtype: str | torch.dtype = "floa
     slow = dev.type == "cpu" and name != "float32" and not thorough  # half types may be emulated on a CPU
     n = _matmul_size(plan.matmul_n, getattr(torch, name), dev, 0.1) if slow else plan.matmul_n
     flops, flops_best, m_mm = _matmul_flops(n, getattr(torch, name), dev, plan)
+    kernels = {f"mm {n}x{n}x{n}": (flops, flops_best, m_mm), **_kernel_rates(getattr(torch, name), dev, plan)}
     details = {"buffer_bytes": plan.buffer_bytes, "matmul_n": n, "repeats": plan.repeats,
                "warmup": plan.warmup, "threads": torch.get_num_threads(), "timer": m_mm.method,
                "statistic": "median", "thorough": thorough, "copy": bw["copy"], "read": bw["read"],
-               "matmul": m_mm.to_dict(), "torch": torch.__version__}
+               "matmul": m_mm.to_dict(), "kernel_flops": {k: v[0] for k, v in kernels.items()},
+               "kernel_flops_best": {k: v[1] for k, v in kernels.items()}, "torch": torch.__version__, "load_average": load_average()}
     if dev.type == "cuda":
         details["gpu"] = torch.cuda.get_device_name(dev)
-    peaks = Peaks(device=str(dev), dtype=name, bandwidth_gbps=max(bw["copy_gbps"], bw["read_gbps"]), flops=flops,
+    peaks = Peaks(device=str(dev), dtype=name, bandwidth_gbps=max(bw["copy_gbps"], bw["read_gbps"]),
+                  flops=max(v[0] for v in kernels.values()),
                   method="measured", copy_gbps=bw["copy_gbps"], read_gbps=bw["read_gbps"],
                   cache_gbps=bw["cache_gbps"], cache_bytes=bw["cache_bytes"], bound_gbps=bw["best_gbps"],
-                  bound_flops=flops_best, details=details)
+                  bound_flops=max(v[1] for v in kernels.values()), details=details)
     _PEAKS[key] = peaks
     return peaks
