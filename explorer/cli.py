@@ -370,7 +370,7 @@ def _cmd_hardware(args) -> int:
     print(f"measured on {peaks.device} ({peaks.dtype}, {d['threads']} threads, median of {d['repeats']} after "
           f"{d['warmup']} warm-up, {d['timer']}):")
     print(f"  copy        {peaks.copy_gbps:8.1f} GB/s   ({d['buffer_bytes'] >> 20} MiB copy, read + write counted)")
-    print(f"  read        {peaks.read_gbps:8.1f} GB/s   ({d['buffer_bytes'] >> 20} MiB sum)")
+    print(f"  read        {peaks.read_gbps:8.1f} GB/s   ({d['buffer_bytes'] >> 20} MiB matrix-vector product)")
     if peaks.cache_gbps:
         print(f"  cache       {peaks.cache_gbps:8.1f} GB/s   (best, buffer 1/4 of the {peaks.cache_bytes >> 20} MiB "
               "last-level cache)")
