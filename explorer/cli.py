@@ -162,6 +162,8 @@ def _add_bench_overhead(bench) -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's choice); 1 is steadier on a shared machine")
     p.add_argument("--json", action="store_true")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -172,6 +174,12 @@ def _cmd_bench_overhead(args) -> int:
     from explorer.engine import overhead_benchmark
     from explorer.loading import load
 
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
     lm = load(args.model, device=args.device, dtype=args.dtype)
     ids = lm.tokenizer(args.prompt)["input_ids"] if lm.tokenizer is not None else list(range(1, 9))
     out = overhead_benchmark(lm, ids, new_tokens=args.new_tokens, repeats=args.repeats, warmup=args.warmup)

@@ -449,7 +449,12 @@ def test_cli_bad_settings_are_one_clear_line(capsys):
 def test_cli_bench_overhead_json(capsys):
     from explorer.cli import main
 
-    assert main(["bench", "overhead", "--model", "bundled:draft", "--new-tokens", "4", "--repeats", "1",
-                 "--json"]) == 0
+    threads = torch.get_num_threads()
+    try:
+        assert main(["bench", "overhead", "--model", "bundled:draft", "--new-tokens", "4", "--repeats", "1",
+                     "--threads", "1", "--json"]) == 0
+    finally:
+        torch.set_num_threads(threads)
     d = json.loads(capsys.readouterr().out)
-    assert d["ratio"] > 0 and d["new_tokens"] == 4 and d["model"] == "bundled:draft"
+    assert d["ratio"] > 0 and d["new_tokens"] == 4 and d["model"] == "bundled:draft" and d["threads"] == 1
+    assert main(["bench", "overhead", "--threads", "0"]) == 2
