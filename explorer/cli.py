@@ -375,8 +375,9 @@ def _cmd_hardware(args) -> int:
         _print_json({"measured": peaks.to_dict(), "known_chips_modelled": [asdict(c) for c in hardware.KNOWN_CHIPS.values()]})
         return 0
     d = peaks.details
-    print(f"measured on {peaks.device} ({peaks.dtype}, {d['threads']} threads, median of {d['repeats']} after "
-          f"{d['warmup']} warm-up, {d['timer']}):")
+    print(f"measured on {peaks.device} ({peaks.dtype}, {d['threads']} threads, median of {d['bandwidth_repeats']} "
+          f"(bandwidth) / {d['repeats']} (matmul) after {d['warmup']} warm-up, {d['timer']}, "
+          f"load average {d['load_average']}):")
     print(f"  copy        {peaks.copy_gbps:8.1f} GB/s   ({d['buffer_bytes'] >> 20} MiB copy, read + write counted)")
     print(f"  read        {peaks.read_gbps:8.1f} GB/s   ({d['buffer_bytes'] >> 20} MiB matrix-vector product)")
     if peaks.cache_gbps:

@@ -467,6 +467,8 @@ def dtype(lm: LoadedModel | str, *, dtypes: Iterable[str] = ("float32", "bfloat1
     """Decode step latency and bytes in each dtype the device supports (a loaded model is copied and
     converted; a name is loaded in each dtype). Peaks are measured per dtype (explorer.hardware)."""
     names = list(dtypes)
+    if not names:
+        raise ValueError("dtypes must list at least one dtype, e.g. ('float32', 'bfloat16')")
     for name in names:
         if name not in DTYPES:
             raise ValueError(f"unknown dtype {name!r}; use one of {sorted(set(DTYPES))}")
@@ -476,9 +478,10 @@ def dtype(lm: LoadedModel | str, *, dtypes: Iterable[str] = ("float32", "bfloat1
     dev = resolve_device(device or (lm.device if isinstance(lm, LoadedModel) else "auto"))
     first = lm if isinstance(lm, LoadedModel) else None
     rows, notes = [], []
-    progress_bar = _Bar(len(names) * repeats, "dtype sweep", progress, bar)
+    unique = list(dict.fromkeys(str(DTYPES[n]).replace("torch.", "") for n in names))  # "bf16" == "bfloat16"
+    progress_bar = _Bar(len(unique) * repeats, "dtype sweep", progress, bar)
     try:
-        for name in dict.fromkeys(str(DTYPES[n]).replace("torch.", "") for n in names):
+        for name in unique:
             dt = DTYPES[name]
             if not dtype_supported(dev, dt):
                 notes.append(f"{name}: not supported on {dev}")

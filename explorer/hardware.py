@@ -134,16 +134,17 @@ class Plan:
 
     buffer_bytes: int
     matmul_n: int
-    repeats: int
+    repeats: int  # matmul repeats
     warmup: int = 1
+    bandwidth_repeats: int = 15  # copies and reads are short: many repeats, so the best one finds a quiet moment
 
 
 def _plan(device: torch.device, thorough: bool) -> Plan:
     if device.type == "cuda":
         return Plan(buffer_bytes=(2 << 30) if thorough else (512 << 20), matmul_n=8192 if thorough else 4096,
-                    repeats=20 if thorough else 10)
+                    repeats=20 if thorough else 10, bandwidth_repeats=30 if thorough else 15)
     return Plan(buffer_bytes=(512 << 20) if thorough else (128 << 20), matmul_n=2048 if thorough else 1024,
-                repeats=9 if thorough else 3)
+                repeats=9 if thorough else 5, bandwidth_repeats=25 if thorough else 15)
 
 
 def last_level_cache_bytes(device: torch.device) -> int | None:
@@ -176,7 +177,7 @@ def _copy_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, fl
     n = nbytes // 4
     src = torch.ones(n, device=device)
     dst = torch.zeros(n, device=device)  # touch every page before timing
-    m = time_repeats(lambda: dst.copy_(src), device, repeats=plan.repeats, warmup=plan.warmup)
+    m = time_repeats(lambda: dst.copy_(src), device, repeats=plan.bandwidth_repeats, warmup=plan.warmup)
     return *_rates(2 * n * 4 / GB, m), m  # read + write
 
 
@@ -184,7 +185,7 @@ def _read_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, fl
     n = nbytes // 4 // 1024 * 1024
     src = torch.ones(n // 1024, 1024, device=device)  # [rows, 1024]
     x = torch.ones(1024, device=device)
-    m = time_repeats(lambda: torch.mv(src, x), device, repeats=plan.repeats, warmup=plan.warmup)
+    m = time_repeats(lambda: torch.mv(src, x), device, repeats=plan.bandwidth_repeats, warmup=plan.warmup)
     return *_rates(n * 4 / GB, m), m
 
 
@@ -262,7 +263,7 @@ def _bandwidth(device: torch.device, plan: Plan, thorough: bool) -> dict[str, An
         llc = last_level_cache_bytes(device)
         cache = None
         if llc and llc // 4 >= (1 << 20):  # best of many short repeats: a cache-resident working set
-            small = Plan(llc // 4, 0, repeats=10)
+            small = Plan(llc // 4, 0, repeats=10, bandwidth_repeats=10)
             cache = max(_copy_gbps(small.buffer_bytes, device, small)[1],
                         _read_gbps(small.buffer_bytes, device, small)[1])
         _BANDWIDTH[key] = {"copy_gbps": copy, "read_gbps": read, "best_gbps": max(copy_best, read_best),
@@ -288,6 +289,7 @@ def measure(device: str | torch.device = "cpu", dtype: str | torch.dtype = "floa
     flops, flops_best, m_mm = _matmul_flops(n, getattr(torch, name), dev, plan)
     kernels = {f"mm {n}x{n}x{n}": (flops, flops_best, m_mm), **_kernel_rates(getattr(torch, name), dev, plan)}
     details = {"buffer_bytes": plan.buffer_bytes, "matmul_n": n, "repeats": plan.repeats,
+               "bandwidth_repeats": plan.bandwidth_repeats,
                "warmup": plan.warmup, "threads": torch.get_num_threads(), "timer": m_mm.method,
                "statistic": "median", "thorough": thorough, "copy": bw["copy"], "read": bw["read"],
                "matmul": m_mm.to_dict(), "kernel_flops": {k: v[0] for k, v in kernels.items()},

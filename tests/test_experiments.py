@@ -156,6 +156,7 @@ def test_progress_callback_reaches_total(small):
     (lambda lm: experiments.cache(lm, new_tokens=0, bar=False), "new_tokens"),
     (lambda lm: experiments.prefill(lm, lengths=(0, 8), bar=False), "lengths"),
     (lambda lm: experiments.dtype(lm, dtypes=("float8",), bar=False), "unknown dtype"),
+    (lambda lm: experiments.dtype(lm, dtypes=(), bar=False), "at least one dtype"),
 ])
 def test_bad_input_raises_clear_errors(small, call, message):
     with pytest.raises(ValueError, match=message):

@@ -27,7 +27,7 @@ def test_measure_reports_what_and_how(peaks):
     d = peaks.details
     assert d["threads"] == torch.get_num_threads() and d["statistic"] == "median"
     assert d["buffer_bytes"] >= 64 << 20 and d["matmul_n"] >= 512
-    assert d["copy"]["repeats"] == d["repeats"] and d["copy"]["warmup"] >= 1
+    assert d["copy"]["repeats"] == d["bandwidth_repeats"] and d["copy"]["warmup"] >= 1
     json.dumps(peaks.to_dict())  # plain data: goes into Trace.hardware
 
 
