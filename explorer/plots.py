@@ -242,7 +242,7 @@ def distribution_figure(*, height: int = 360) -> go.Figure:
                              hovertext=[], hoverinfo="text", showlegend=False), row=1, col=3)
     fig.add_trace(go.Scatter(name="chosen band", x=[], y=[], mode="lines", line=dict(color="#d62728", width=8),
                              hoverinfo="skip", showlegend=False), row=1, col=3)
-    fig.add_trace(go.Scatter(name="u", x=[], y=[], mode="lines+text", text=[], textposition="top left",
+    fig.add_trace(go.Scatter(name="u", x=[], y=[], mode="lines+text", text=[], textposition="top right",
                              line=dict(color="#d62728", dash="dash"), hoverinfo="skip", showlegend=False),
                   row=1, col=3)
     _style_axes(fig)
@@ -289,13 +289,13 @@ def _cdf_columns(step: Step, top: list[dict]) -> Columns:
     draw = step.draw or {}
     lo, hi = draw.get("cdf_lo"), draw.get("cdf_hi")
     rank = min(step.rank_final, len(ranked))  # a token beyond the top-n sits just right of them
-    beyond = f"; chosen rank {step.rank_final}, beyond the top {len(ranked)}" if step.rank_final >= len(ranked) else ""
+    beyond = f" · chosen: rank {step.rank_final} (beyond the top {len(ranked)})" if step.rank_final >= len(ranked) else ""
     band_x = np.array([rank, rank], dtype=np.float64) if lo is not None else np.empty(0)
     band_y = np.array([lo, hi], dtype=np.float64) if lo is not None else np.empty(0)
     u = draw.get("u")
     if u is not None:
         u_cols = {"x": np.array([0.0, max(len(ranked), rank, 1)]), "y": np.array([u, u]),
-                  "text": _objs(["", f"u = {u:.3f}{beyond}"])}
+                  "text": _objs([f"u = {u:.3f}{beyond}", ""])}
     else:
         label = "forced: chosen by you" if step.forced else "greedy: argmax (no draw)"
         u_cols = {"x": np.array([0.0]), "y": np.array([1.0]), "text": _objs([label])}

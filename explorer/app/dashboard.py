@@ -429,7 +429,7 @@ class Dashboard:
         if name in self._models:
             return self._models[name]
         _check_fits(name)
-        lm = load(name)
+        lm = _load_quietly(name)
         keep = {k: v for k, v in self._models.items() if k.startswith("bundled:")}  # drop big models we left
         self._models = {**keep, name: lm}
         return lm
@@ -658,6 +658,19 @@ def _prompt_input(lm: LoadedModel, text: str):
     if not ids:
         raise ValueError(f"{lm.info.name} has no tokenizer: type a prompt (fed as bytes) or token ids such as 1 2 3")
     return ids
+
+
+def _load_quietly(name: str) -> LoadedModel:
+    """load(name) without transformers' 'Loading weights' progress bar (it would print above the app)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return load(name)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _available_memory(device: str) -> int | None:
