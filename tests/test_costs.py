@@ -262,11 +262,14 @@ def test_bad_generation_sizes():
 
 
 @pytest.fixture
-def one_thread():
-    """One thread: on a shared 2-core machine a 2-thread pool stalls on every op (slow, never faster,
-    so the property would hold either way; this keeps the test quick). Peaks are measured per thread count."""
+def one_thread(monkeypatch):
+    """One thread (on a shared 2-core machine a 2-thread pool stalls on every op), and peaks measured
+    afresh at the first step: a peak measured minutes earlier under someone else's load would be too
+    low, and a bound from it too high -- the property is about the model, not the neighbours."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
+    monkeypatch.setattr(hardware, "_PEAKS", {})
+    monkeypatch.setattr(hardware, "_BANDWIDTH", {})
     yield
     torch.set_num_threads(before)
 
