@@ -16,11 +16,13 @@ GPU, perf_counter after a synchronise elsewhere; see explorer.timing):
                 half-precision units emulates them slowly; 4096 on a GPU)
 
 bandwidth_gbps = max(copy, read) of the medians: the machine's measured bandwidth, against which
-pct_of_peak_bw is reported (copy_gbps and read_gbps are kept beside it). The roofline bound uses
-the *best* repeat instead (bound_gbps, bound_flops): a lower bound must not exceed what the machine
-was once seen to do, and on a shared machine medians drift with other people's load. The quick default takes about a
-second on a 2-core CPU and is cached per (device, dtype, threads); thorough=True uses larger sizes
-and more repeats. KNOWN_CHIPS are vendor figures: peaks built from them are *modelled*.
+pct_of_peak_bw is reported (copy_gbps and read_gbps are kept beside it); flops = the best median
+over the matmul and the kernels. The roofline bound uses the *best* repeat instead (bound_gbps,
+bound_flops): a lower bound must not exceed what the machine was once seen to do, and on a shared
+machine medians drift with other people's load (details["load_average"] records it). The quick
+default takes about 1-2 s on an idle 2-core CPU (longer when it is busy) and is cached per
+(device, dtype, threads); thorough=True uses larger sizes and more repeats. KNOWN_CHIPS are vendor
+figures: peaks built from them are *modelled*.
 """
 
 from __future__ import annotations
@@ -293,7 +295,8 @@ def measure(device: str | torch.device = "cpu", dtype: str | torch.dtype = "floa
                "warmup": plan.warmup, "threads": torch.get_num_threads(), "timer": m_mm.method,
                "statistic": "median", "thorough": thorough, "copy": bw["copy"], "read": bw["read"],
                "matmul": m_mm.to_dict(), "kernel_flops": {k: v[0] for k, v in kernels.items()},
-               "kernel_flops_best": {k: v[1] for k, v in kernels.items()}, "torch": torch.__version__, "load_average": load_average()}
+               "kernel_flops_best": {k: v[1] for k, v in kernels.items()}, "torch": torch.__version__,
+               "load_average": load_average()}
     if dev.type == "cuda":
         details["gpu"] = torch.cuda.get_device_name(dev)
     peaks = Peaks(device=str(dev), dtype=name, bandwidth_gbps=max(bw["copy_gbps"], bw["read_gbps"]),
