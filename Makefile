@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 PORT   ?= 8866
+APP_ARGS ?=
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
@@ -29,8 +30,9 @@ browser: setup
 test: setup browser
 	$(BIN)/python -m pytest
 
+# make app APP_ARGS="--shared --models-config models.json --pool-size 2" for a classroom server
 app: setup
-	$(BIN)/explorer app --port $(PORT)
+	$(BIN)/explorer app --port $(PORT) $(APP_ARGS)
 
 lint: setup
 	$(BIN)/ruff check explorer tests scripts

@@ -26,7 +26,7 @@ from explorer.app.serve import kernel_processes, tree_memory, wait_for_pool, wai
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+                 "--disable-dev-shm-usage", "--disable-crash-reporter", "--disable-breakpad"]
 HOME_VARS = ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR")
 STEP_READY = "button.ie-step:not([disabled])"
 
@@ -109,15 +109,18 @@ def message_text(page) -> str:
     return page.inner_text(".ie-message").strip()
 
 
+DIST_SIGNATURE_JS = """() => {
+    const root = document.querySelector('.ie-dist');
+    if (!root) return '';
+    const bars = [...root.querySelectorAll('.bars path')].map(p => p.getAttribute('d')).join('|');
+    const text = [...root.querySelectorAll('.xtick text, .ytick text, .gtitle')].map(t => t.textContent).join('|');
+    return bars + '#' + text;
+}"""
+
+
 def dist_signature(page) -> str:
-    """A string that changes when the distribution chart redraws (bar shapes and tick labels)."""
-    return page.evaluate("""() => {
-        const root = document.querySelector('.ie-dist');
-        if (!root) return '';
-        const bars = [...root.querySelectorAll('.bars path')].map(p => p.getAttribute('d')).join('|');
-        const ticks = [...root.querySelectorAll('.xtick text, .ytick text')].map(t => t.textContent).join('|');
-        return bars + '#' + ticks;
-    }""")
+    """A string that changes when the distribution chart redraws (bar shapes, tick labels, title)."""
+    return page.evaluate(DIST_SIGNATURE_JS)
 
 
 def bar_boxes(page) -> list[dict]:
@@ -128,37 +131,47 @@ def bar_boxes(page) -> list[dict]:
         .map(r => ({x: r.x, y: r.y, width: r.width, height: r.height}))""")
 
 
-_TIMED_CLICK = """async ([button, timeoutMs]) => {
+TIMED_CLICK_JS = """async ([button, timeoutMs]) => {
+    const distSig = DIST_SIGNATURE;
     const strip = document.querySelector('.ie-strip-text');
     const dist = document.querySelector('.ie-dist');
     const btn = document.querySelector('button.ie-' + button);
     if (!strip || !dist || !btn) return {error: 'missing .ie-strip-text, .ie-dist or button.ie-' + button};
+    if (btn.disabled) return {error: 'button.ie-' + button + ' is disabled'};
+    const before = {strip: strip.textContent, dist: distSig()};
     const seen = {};
-    const watch = (el, key) => {
-        const obs = new MutationObserver(() => { if (!(key in seen)) seen[key] = performance.now(); });
-        obs.observe(el, {subtree: true, childList: true, characterData: true, attributes: true});
-        return obs;
+    const check = () => {
+        const now = performance.now();
+        if (!('strip' in seen) && strip.textContent !== before.strip) seen.strip = now;
+        if (!('dist' in seen) && distSig() !== before.dist) seen.dist = now;
     };
-    const observers = [watch(strip, 'strip'), watch(dist, 'dist')];
+    const obs = new MutationObserver(check);
+    for (const el of [strip, dist]) obs.observe(el, {subtree: true, childList: true, characterData: true,
+                                                     attributes: true});
     const t0 = performance.now();
     btn.click();
     while (!('strip' in seen && 'dist' in seen) && performance.now() - t0 < timeoutMs) {
-        await new Promise(r => setTimeout(r, 2));
+        await new Promise(r => setTimeout(r, 5));
+        check();
     }
-    observers.forEach(o => o.disconnect());
+    obs.disconnect();
     return {strip_ms: 'strip' in seen ? seen.strip - t0 : null, dist_ms: 'dist' in seen ? seen.dist - t0 : null};
-}"""
+}""".replace("DIST_SIGNATURE", DIST_SIGNATURE_JS)
 
 
-def click_and_time(page, button: str = "step", timeout_ms: float = 10000) -> dict:
-    """Click button.ie-<button> in the page and time (in the page's clock) the first DOM change of the
-    token strip and of the distribution chart. Returns {"strip_ms", "dist_ms", "both_ms"} (None if no change)."""
-    out = page.evaluate(_TIMED_CLICK, [button, timeout_ms])
+def timed_result(out: dict) -> dict:
+    """Add both_ms (the later of the two changes) to a TIMED_CLICK_JS result; raise on its error."""
     if "error" in out:
         raise AssertionError(out["error"])
     s, d = out["strip_ms"], out["dist_ms"]
     out["both_ms"] = max(s, d) if s is not None and d is not None else None
     return out
+
+
+def click_and_time(page, button: str = "step", timeout_ms: float = 10000) -> dict:
+    """Click button.ie-<button> in the page and time, on the page's clock, until the token strip's text and the
+    distribution chart have changed. Returns {"strip_ms", "dist_ms", "both_ms"} (None: no change in time)."""
+    return timed_result(page.evaluate(TIMED_CLICK_JS, [button, timeout_ms]))
 
 
 def wait_quiet(page, settle_ms: int = 150, timeout_ms: int = 10000) -> None:
@@ -229,19 +242,27 @@ class AppServer:
             self.args += ["--notebook", str(notebook)]
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 120.0, wait_pool: bool = True) -> AppServer:
-        """Start the server; wait until it listens and (wait_pool) its preheated kernels are quiet."""
+    def launch(self) -> AppServer:
+        """Start `explorer app` and return at once (wait_ready() waits for it)."""
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.args, env=temp_home_env(self.home), cwd=str(REPO),
                                      stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout_s: float = 180.0, wait_pool: bool = True) -> AppServer:
+        """Wait until the server listens and (wait_pool) its preheated kernels are quiet; stop it on failure."""
         try:
             wait_until_listening("127.0.0.1", self.port, self.proc, timeout=timeout_s)
             if wait_pool and self.pool_size > 0:
                 self.wait_pool(timeout_s)
-        except Exception:
+        except Exception as err:
             self.stop()
-            raise RuntimeError(f"explorer app did not start; its log:\n{self.log()[-3000:]}") from None
+            raise RuntimeError(f"explorer app did not start ({err}); its log:\n{self.log()[-3000:]}") from None
         return self
+
+    def start(self, timeout_s: float = 180.0, wait_pool: bool = True) -> AppServer:
+        """launch() then wait_ready()."""
+        return self.launch().wait_ready(timeout_s, wait_pool)
 
     def wait_pool(self, timeout_s: float = 120.0) -> float:
         """Wait until at least pool_size kernels exist and are quiet (each has rendered the notebook)."""

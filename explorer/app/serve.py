@@ -241,6 +241,7 @@ def kernel_env(config: AppConfig, base: dict | None = None) -> dict:
     """The server's environment: the kernels inherit it, and the Dashboard reads EXPLORER_SHARED / _MODELS_CONFIG."""
     env = dict(os.environ if base is None else base)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar, shown on the page
     env.pop("EXPLORER_SHARED", None)
     env.pop("EXPLORER_MODELS_CONFIG", None)
     import plotly
@@ -420,7 +421,8 @@ def stop(proc: subprocess.Popen, timeout: float = 20.0) -> int:
 
 def describe(config: AppConfig) -> str:
     pool = (f"a pool of {config.pool_size} preheated kernel(s)" if config.pool_size else "no preheated kernels")
-    mode = "shared mode: " + (", ".join(config.models) if config.models else "the Dashboard's default allow-list")
+    models = ", ".join(config.models) if config.models else "bundled:target, bundled:draft (the default)"
+    mode = f"shared mode: no free-text model box; models offered: {models}"
     return (f"serving the dashboard at {config.url} with {pool}; kernels whose tab closed are reclaimed after "
             f"{config.cull_idle_timeout} s idle (checked every {config.cull_interval} s)"
             + (f"\n{mode}" if config.shared else ""))

@@ -1,0 +1,191 @@
+"""Load benchmark (a report, not a test): N concurrent browser sessions against one `explorer app`.
+
+    python scripts/bench_load.py [--sessions 8] [--steps 20] [--pool-size 1] [--cull-idle-timeout 10] [--json FILE]
+
+Each session is its own browser context (own cookies, own kernel) in one Debian chromium; all of them
+open the dashboard at once and then click Step `--steps` times, each click timed on the page's clock
+from the click to the change of the token strip and the distribution chart. Reported:
+  * per-session step latency, median and p95, and time to interactive
+  * failures: a click without a DOM change in 60 s, an error in the message area, a page that never
+    became interactive (must be 0)
+  * peak memory of the server and all its kernels, sampled every second: sum of PSS (shared pages split
+    between processes: what the machine really holds) and sum of RSS (counts shared libraries each time)
+  * kernels alive after every tab has closed: must come back to the pool size (idle culling)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import browser_support as bs  # noqa: E402
+
+MB = 1024 * 1024
+
+
+def pct(values: list[float], q: float) -> float | None:
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))] if xs else None
+
+
+class MemorySampler(threading.Thread):
+    """Samples tree_memory() of the server every `every` seconds; keeps the peaks and the kernel count."""
+
+    def __init__(self, server: bs.AppServer, every: float = 1.0):
+        super().__init__(daemon=True)
+        self.server, self.every = server, every
+        self.peak = {"rss": 0, "pss": 0, "uss": 0, "processes": 0}
+        self.samples = 0
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            m = self.server.memory()
+            for k in self.peak:
+                self.peak[k] = max(self.peak[k], m.get(k, 0))
+            self.samples += 1
+            self._stop.wait(self.every)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self.join()
+        return self.peak
+
+
+WAIT_QUIET_JS = """async () => {
+    let last = performance.now();
+    const obs = new MutationObserver(() => { last = performance.now(); });
+    for (const sel of ['.ie-strip-text', '.ie-dist', '.ie-step-count'])
+        obs.observe(document.querySelector(sel), {subtree: true, childList: true, characterData: true, attributes: true});
+    const t0 = performance.now();
+    while (performance.now() - last < 150 && performance.now() - t0 < 30000) await new Promise(r => setTimeout(r, 20));
+    obs.disconnect();
+}"""
+
+
+async def session(browser, url: str, steps: int, index: int) -> dict:
+    out = {"session": index, "latencies_ms": [], "failures": [], "tti_s": None}
+    ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+
+    async def route(r):
+        if r.request.url.startswith(url.rstrip("/")) or r.request.url.startswith(("data:", "blob:")):
+            await r.continue_()
+        else:
+            await r.fulfill(status=200, body="", content_type="text/css")
+
+    await ctx.route("**/*", route)
+    page = await ctx.new_page()
+    try:
+        t0 = time.perf_counter()
+        await page.goto(url, wait_until="commit", timeout=300_000)
+        await page.wait_for_selector(bs.STEP_READY, timeout=300_000)
+        out["tti_s"] = time.perf_counter() - t0
+        for _ in range(steps):
+            r = bs.timed_result(await page.evaluate(bs.TIMED_CLICK_JS, ["step", 60_000]))
+            if r["both_ms"] is None:
+                out["failures"].append(f"no strip/distribution change within 60 s: {r}")
+            else:
+                out["latencies_ms"].append(r["both_ms"])
+            await page.evaluate(WAIT_QUIET_JS)
+            await page.wait_for_selector(bs.STEP_READY, timeout=60_000)
+            message = (await page.inner_text(".ie-message")).lower()
+            if "error" in message or "failed" in message:
+                out["failures"].append(f"message: {message[:200]}")
+    except Exception as err:  # a page that broke is a failure, reported with the others
+        out["failures"].append(f"{type(err).__name__}: {str(err)[:300]}")
+    out["page"], out["context"] = page, ctx
+    return out
+
+
+async def run_sessions(url: str, sessions: int, steps: int) -> list[dict]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=bs.chromium_path(), args=bs.CHROMIUM_ARGS)
+        results = await asyncio.gather(*(session(browser, url, steps, i) for i in range(sessions)))
+        for r in results:  # close every tab the way a person does (beforeunload runs)
+            await r.pop("page").close(run_before_unload=True)
+            await r.pop("context").close()
+        await browser.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--pool-size", type=int, default=1)
+    ap.add_argument("--cull-idle-timeout", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    reason = bs.browser_unavailable()
+    if reason:
+        print(f"bench_load: {reason}", file=sys.stderr)
+        return 2
+
+    out: dict = {"sessions": args.sessions, "steps": args.steps, "pool_size": args.pool_size,
+                 "cull_idle_timeout_s": args.cull_idle_timeout, "cpus": os.cpu_count(),
+                 "load_average_start": os.getloadavg()}
+    server = bs.AppServer(pool_size=args.pool_size, cull_idle_timeout=args.cull_idle_timeout)
+    server.start()
+    out["idle_memory_mb"] = {k: v / MB for k, v in server.memory().items() if k != "processes"}
+    sampler = MemorySampler(server)
+    sampler.start()
+    try:
+        t0 = time.perf_counter()
+        results = asyncio.run(run_sessions(server.url, args.sessions, args.steps))
+        out["wall_s"] = time.perf_counter() - t0
+        out["kernels_when_tabs_closed"] = len(server.kernels())
+        t1 = time.perf_counter()
+        deadline = args.cull_idle_timeout + 60 + 30 * args.pool_size  # culling, then the pool's own refill
+        alive = server.wait_kernels(args.pool_size, timeout_s=deadline)
+        out["kernels_alive_after_close"] = alive
+        out["kernels_back_to_pool_s"] = time.perf_counter() - t1 if alive == args.pool_size else None
+        peak = sampler.stop()
+    finally:
+        if sampler.is_alive():
+            sampler.stop()
+        server.stop()
+    out["load_average_end"] = os.getloadavg()
+    out["peak_memory_mb"] = {k: (v / MB if k != "processes" else v) for k, v in peak.items()}
+    per = []
+    for r in results:
+        lat = r["latencies_ms"]
+        per.append({"session": r["session"], "tti_s": r["tti_s"], "steps_ok": len(lat),
+                    "median_ms": statistics.median(lat) if lat else None, "p95_ms": pct(lat, 0.95),
+                    "failures": r["failures"]})
+    everything = [x for r in results for x in r["latencies_ms"]]
+    out["per_session"] = per
+    out["all_steps"] = {"n": len(everything), "median_ms": statistics.median(everything) if everything else None,
+                        "p95_ms": pct(everything, 0.95)}
+    out["failures"] = sum(len(r["failures"]) for r in results)
+
+    for p in per:
+        med = f"{p['median_ms']:.0f}" if p["median_ms"] is not None else "-"
+        p95 = f"{p['p95_ms']:.0f}" if p["p95_ms"] is not None else "-"
+        tti = f"{p['tti_s']:.1f}" if p["tti_s"] is not None else "-"
+        print(f"session {p['session']}: interactive after {tti} s, {p['steps_ok']}/{args.steps} steps, "
+              f"step median {med} ms, p95 {p95} ms, failures {len(p['failures'])}")
+    print(f"all steps: median {out['all_steps']['median_ms']} ms, p95 {out['all_steps']['p95_ms']} ms")
+    pk = out["peak_memory_mb"]
+    print(f"peak memory, server + kernels: {pk['pss']:.0f} MB PSS ({pk['rss']:.0f} MB RSS, {pk['processes']} processes)")
+    print(f"failures: {out['failures']}")
+    print(f"kernels: {out['kernels_when_tabs_closed']} when the tabs closed, {out['kernels_alive_after_close']} "
+          f"after culling (pool size {args.pool_size})")
+    text = json.dumps(out, indent=2, default=str)
+    if args.json:
+        Path(args.json).write_text(text)
+    ok = out["failures"] == 0 and out["kernels_alive_after_close"] == args.pool_size
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
