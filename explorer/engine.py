@@ -133,7 +133,7 @@ class Session:
         if max_new_tokens is not None:
             _check_int("max_new_tokens", max_new_tokens, 1)
         self.lm = lm
-        self.sampling = sampling
+        self.sampling = dataclasses.replace(sampling)  # a copy: later edits to the caller's object need set_sampling
         self.use_cache = bool(use_cache)
         self.top_n = min(top_n, lm.info.vocab_size)
         self.max_new_tokens = max_new_tokens

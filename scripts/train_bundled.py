@@ -721,11 +721,13 @@ def parse_args(argv: list[str] | None = None) -> RunSettings:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (1 is fastest on a shared, busy machine; "
+                        "results can differ slightly with another count)")
     p.add_argument("--seed", type=int, default=1234)
     a = p.parse_args(argv)
     quick = a.quick
-    target_steps = a.target_steps or (20 if quick else 1600)
+    target_steps = a.target_steps or (20 if quick else 1200)
     draft_steps = a.draft_steps or (20 if quick else 1600)
     batch = 4 if quick else a.batch_size
     eval_every = 10 if quick else 100

@@ -85,6 +85,47 @@ def test_figure_widget_loads_plotly_by_url_under_the_app(monkeypatch):
     assert serve.plotly_bundle().is_file()
 
 
+def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch):
+    import asyncio
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    culled = []
+
+    async def fake_shutdown(self, kernel_id, *args, **kwargs):
+        culled.append(kernel_id)
+        self._kernels.pop(kernel_id, None)
+
+    monkeypatch.setattr(AsyncMappingKernelManager, "shutdown_kernel", fake_shutdown)
+    km = serve.kernel_manager_class()(cull_idle_timeout=4, connect_grace=60)
+    long_ago = serve.utcnow() - timedelta(hours=1)
+
+    def add(kid):
+        km._kernels[kid] = SimpleNamespace(execution_state="idle", last_activity=long_ago, kernel_name="python3",
+                                           kernel_spec=SimpleNamespace(metadata={}))
+        km._kernel_connections[kid] = 0
+
+    def cull(kid):
+        asyncio.run(km.cull_kernel_if_idle(kid))
+        return kid in culled
+
+    add("handed-out")  # idled an hour in the pool, just handed to a page whose browser has not connected yet
+    assert not cull("handed-out")
+    km._unclaimed_since["handed-out"] = long_ago  # the browser never came: reclaimed after the grace
+    assert cull("handed-out")
+
+    add("tab")
+    km.notify_connect("tab")
+    assert not cull("tab")  # idle for an hour but its tab is open
+    km.notify_disconnect("tab")
+    assert not cull("tab")  # the tab just closed: the idle clock starts now
+    km._kernels["tab"].last_activity = long_ago
+    assert cull("tab")
+    assert "tab" not in km._ever_connected and "handed-out" not in km._unclaimed_since
+
+
 def test_capacity_arithmetic_and_line():
     mb = 1024 * 1024
     cap = serve.capacity_from({"uss": 150 * mb, "rss": 250 * mb, "pss": 170 * mb}, available=1000 * mb)

@@ -17,6 +17,7 @@ the environment: EXPLORER_SHARED=1 and EXPLORER_MODELS_CONFIG=<path to JSON> hol
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import os
 import threading
 import time
@@ -243,7 +244,7 @@ class Dashboard:
             return None
         self._wait_peaks()
         t0 = time.perf_counter()
-        step = self.session.step()
+        step = on_engine_thread(self.session.step)
         t1 = time.perf_counter()
         self.selected = None
         self._render_new([step])
@@ -279,7 +280,7 @@ class Dashboard:
         trial = self.session.fork()
         trial.rewind(n - step_index)
         self._wait_peaks()
-        step = trial.choose(int(token_id))
+        step = on_engine_thread(trial.choose, int(token_id))
         self.session = trial
         self.selected = None
         self._render_all()
@@ -617,6 +618,25 @@ class Dashboard:
 
 
 # --- helpers -------------------------------------------------------------------------------------------
+
+
+_ENGINE: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def on_engine_thread(fn, *args):
+    """Run fn(*args) on the one engine worker thread and wait for it (exceptions propagate).
+
+    Forward passes then always run on the same non-main thread, as Play's do. Measured here on a
+    shared 2-core CPU under load: a bundled-target decode step took 260-1200 ms (median of 20) on the
+    kernel's main thread against ~10 ms on a worker thread, same torch thread count (OpenMP's
+    main-thread team waits badly when the cores are oversubscribed); on an idle machine both match.
+    """
+    global _ENGINE
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)  # already off the main thread (Play, a sweep)
+    if _ENGINE is None:
+        _ENGINE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-engine")
+    return _ENGINE.submit(fn, *args).result()
 
 
 def _quietly(fn, *args) -> None:

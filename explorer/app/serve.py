@@ -9,7 +9,7 @@
 Voila 0.5 leaks a kernel whenever a tab closes (the page's shutdown beacon is refused), so the
 server runs with ExplorerKernelManager: idle kernels with no open tab are culled after
 `cull_idle_timeout` seconds, while pooled kernels, kernels with an open tab, and kernels that were
-handed to a page whose browser has not connected yet are kept.
+handed to a page whose browser has not connected yet (for up to 2 minutes) are kept.
 """
 
 from __future__ import annotations
@@ -118,16 +118,21 @@ def kernel_manager_class():
     if _KM is not None:
         return _KM
     from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+    from traitlets import Integer
 
     class ExplorerKernelManager(AsyncMappingKernelManager):
         """AsyncMappingKernelManager that reclaims kernels whose tab has closed, and no others.
 
         Voila wraps this class with its preheating pool (which already protects pooled kernels). Added
         here: the idle clock of a kernel restarts when its last tab disconnects, and a kernel handed to a
-        page whose browser has not connected yet gets a full `cull_idle_timeout` from that moment (the
-        stock culler would reclaim a kernel that idled in the pool for longer than the timeout in the
-        second between the page request and the widget connection).
+        page whose browser has not connected yet gets max(cull_idle_timeout, connect_grace) seconds from
+        that moment to connect (the stock culler reclaims a kernel that idled in the pool for longer than
+        the timeout in the seconds between the page request and the widget connection: the page
+        then never becomes interactive).
         """
+
+        connect_grace = Integer(120, config=True,
+                                help="Seconds a kernel handed to a page may wait for the browser's first connection.")
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
@@ -149,7 +154,7 @@ def kernel_manager_class():
                 return None
             if kernel_id not in self._ever_connected:
                 since = self._unclaimed_since.setdefault(kernel_id, utcnow())
-                if utcnow() - since < timedelta(seconds=self.cull_idle_timeout):
+                if utcnow() - since < timedelta(seconds=max(self.cull_idle_timeout, self.connect_grace)):
                     return None
             return await super().cull_kernel_if_idle(kernel_id)
 

@@ -16,6 +16,12 @@ import plotly.graph_objects as go
 from explorer import plots
 from explorer.app.views import LiveChart, figure_widget
 
+
+def on_engine_thread(fn, *args):
+    from explorer.app.dashboard import on_engine_thread as run
+
+    return run(fn, *args)
+
 RUN_TOKENS = 32
 
 
@@ -90,14 +96,14 @@ class SpeculativeTab:
             self.dash.guard.say(f"The speculative run has stopped ({session.stop_reason}); press Reset.", "info")
             return None
         session.set_sampling(self.dash.session.sampling)
-        rnd = session.step()
+        rnd = on_engine_thread(session.step)
         self._render([rnd])
         return rnd
 
     def run(self, n_tokens: int) -> list:
         session = self._session()
         session.set_sampling(self.dash.session.sampling)
-        rounds = session.run(n_tokens) if not session.done else []
+        rounds = on_engine_thread(session.run, n_tokens) if not session.done else []
         self._render(rounds)
         return rounds
 
