@@ -89,13 +89,7 @@ def _add_generate(sub) -> None:
     p.add_argument("--prompt-ids", default=None, metavar="IDS",
                    help="comma-separated token ids instead of --prompt (for models without a tokenizer)")
     p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=1.0, help="0 means greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off (generate() would silently use 50)")
-    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    p.add_argument("--min-p", type=float, default=0.0, help="0 = off")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off")
-    p.add_argument("--greedy", action="store_true", help="argmax instead of sampling")
-    p.add_argument("--seed", type=int, default=None)
+    _add_sampling_flags(p)
     p.add_argument("--no-cache", action="store_true", help="feed the whole sequence every step (no KV cache)")
     p.add_argument("--top-n", type=int, default=20, help="most likely tokens recorded per step")
     p.add_argument("--no-roofline", action="store_true", help="skip measuring this machine's peaks")
@@ -202,7 +196,7 @@ def _cmd_bench_overhead(args) -> int:
 
 def _add_sampling_flags(p) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="0 means greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off (generate() would silently use 50)")
     p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
     p.add_argument("--min-p", type=float, default=0.0, help="0 = off")
     p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off")

@@ -234,16 +234,11 @@ def forward_flops(shape: Shape, batch: int, tokens_fed: int, context_len: int, l
     }
 
 
-@dataclass
-class ForwardCost:
-    """Modelled cost of one forward pass: FLOPs and bytes by part."""
+class _Totals:
+    """total_flops / total_bytes of a cost whose `flops` and `bytes` are dicts by part."""
 
     flops: dict[str, float]
     bytes: dict[str, float]
-    batch: int
-    tokens_fed: int
-    context_len: int
-    use_cache: bool
 
     @property
     def total_flops(self) -> float:
@@ -252,6 +247,18 @@ class ForwardCost:
     @property
     def total_bytes(self) -> float:
         return float(sum(self.bytes.values()))
+
+
+@dataclass
+class ForwardCost(_Totals):
+    """Modelled cost of one forward pass: FLOPs and bytes by part."""
+
+    flops: dict[str, float]
+    bytes: dict[str, float]
+    batch: int
+    tokens_fed: int
+    context_len: int
+    use_cache: bool
 
     @property
     def bound_bytes(self) -> float:
@@ -328,7 +335,7 @@ def generation_steps(prompt_len: int, new_tokens: int, use_cache: bool) -> list[
 
 
 @dataclass
-class GenerationCost:
+class GenerationCost(_Totals):
     """Modelled totals of a whole generation (prefill + decode passes), with or without the cache."""
 
     use_cache: bool
@@ -339,14 +346,6 @@ class GenerationCost:
     bytes: dict[str, float]
     per_step_flops: list[float]
     per_step_bytes: list[float]
-
-    @property
-    def total_flops(self) -> float:
-        return float(sum(self.flops.values()))
-
-    @property
-    def total_bytes(self) -> float:
-        return float(sum(self.bytes.values()))
 
     def to_dict(self) -> dict[str, Any]:
         return {"use_cache": self.use_cache, "prompt_len": self.prompt_len, "new_tokens": self.new_tokens,

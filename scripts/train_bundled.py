@@ -42,11 +42,14 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
+import tokenizers
 import torch
+import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     GenerationConfig,
@@ -54,8 +57,6 @@ from transformers import (
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
-import transformers
-import tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "assets" / "models"

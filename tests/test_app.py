@@ -516,13 +516,19 @@ def test_views_stay_bounded_over_a_long_run(tiny):
 # --- speculative tab -----------------------------------------------------------------------------------------------------
 
 
-def test_speculative_rounds_fill_the_charts(tiny, tiny_draft):
+def _speculative_dashboard(tiny, tiny_draft, k: int):
+    """A dashboard over `tiny` whose Speculative tab drafts with `tiny_draft`, k tokens per round."""
     d = Dashboard(lm=tiny, prompt="abcd", measure_peaks=False, max_new_tokens=None)
     d._models["tiny-draft"] = tiny_draft
     spec = d.speculative
     spec.draft.options = [*spec.draft.options, "tiny-draft"]
     spec.draft.value = "tiny-draft"
-    spec.k.value = 3
+    spec.k.value = k
+    return d, spec
+
+
+def test_speculative_rounds_fill_the_charts(tiny, tiny_draft):
+    d, spec = _speculative_dashboard(tiny, tiny_draft, k=3)
     d.parts["spec-step"].click()
     d.parts["spec-step"].click()
     rounds = spec.session.rounds
@@ -540,12 +546,7 @@ def test_speculative_rounds_fill_the_charts(tiny, tiny_draft):
 
 
 def test_speculative_benchmark_runs_in_the_background(tiny, tiny_draft):
-    d = Dashboard(lm=tiny, prompt="abcd", measure_peaks=False, max_new_tokens=None)
-    d._models["tiny-draft"] = tiny_draft
-    spec = d.speculative
-    spec.draft.options = [*spec.draft.options, "tiny-draft"]
-    spec.draft.value = "tiny-draft"
-    spec.k.value = 2
+    d, spec = _speculative_dashboard(tiny, tiny_draft, k=2)
     d.parts["spec-bench"].click()
     assert d.parts["step"].disabled  # conflicting controls are off while it runs
     d.wait(120)

@@ -157,8 +157,6 @@ def test_training_record_matches_models(training: dict[str, Any],
 
 def test_models_are_trained(training: dict[str, Any]) -> None:
     vocab = training["tokenizer"]["vocab_size"]
-    if training["models"]["target"]["steps"] < 100:
-        pytest.skip("smoke-run output (--quick): not trained far")
     for name in NAMES:
         assert training["models"][name]["final_val_perplexity"] < vocab / 10
     assert training["models"]["target"]["final_val_loss"] < 3.5
@@ -167,8 +165,6 @@ def test_models_are_trained(training: dict[str, Any]) -> None:
 def test_target_beats_uniform_on_in_domain_text(models: dict[str, Any],
                                                 tokenizers: dict[str, Any],
                                                 training: dict[str, Any]) -> None:
-    if training["models"]["target"]["steps"] < 100:
-        pytest.skip("smoke-run output (--quick): not trained far")
     text = ("Return a new list containing all items from the iterable in ascending order. "
             "The return statement may only occur syntactically nested in a function "
             "definition.")

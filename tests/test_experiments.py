@@ -10,17 +10,22 @@ from explorer import costs, experiments
 from explorer.loading import LoadedModel, model_info
 
 
-@pytest.fixture(scope="module")
-def small():
-    """A 4-layer GQA Llama (hidden 256, vocab 4096, 256 positions): big enough that recomputing the
-    prefix shows in a timing, small enough to sweep in a second."""
-    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=4096, max_position_embeddings=256,
-                         tie_word_embeddings=True)
+def _random_llama(name: str, hidden: int, intermediate: int, heads: int) -> LoadedModel:
+    """A 4-layer GQA Llama with random weights (vocab 4096, 256 positions, 2 KV heads)."""
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=4,
+                         num_attention_heads=heads, num_key_value_heads=2, vocab_size=4096,
+                         max_position_embeddings=256, tie_word_embeddings=True)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()
     return LoadedModel(model=model, tokenizer=None,
-                       info=model_info(model, name="small-llama", source="arch", random_weights=True))
+                       info=model_info(model, name=name, source="arch", random_weights=True))
+
+
+@pytest.fixture(scope="module")
+def small():
+    """hidden 256: big enough that recomputing the prefix shows in a timing, small enough to sweep in
+    a second."""
+    return _random_llama("small-llama", hidden=256, intermediate=512, heads=4)
 
 
 @pytest.fixture(autouse=True)
@@ -45,15 +50,9 @@ def _has_documented_columns(df, columns):
 
 @pytest.fixture(scope="module")
 def wider():
-    """hidden 384, 4 layers: enough FLOPs per token that recomputing a 70-token prefix outweighs the
-    per-pass overhead even when the machine is busy."""
-    config = LlamaConfig(hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6,
-                         num_key_value_heads=2, vocab_size=4096, max_position_embeddings=256,
-                         tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).eval()
-    return LoadedModel(model=model, tokenizer=None,
-                       info=model_info(model, name="wider-llama", source="arch", random_weights=True))
+    """hidden 384: enough FLOPs per token that recomputing a 70-token prefix outweighs the per-pass
+    overhead even when the machine is busy."""
+    return _random_llama("wider-llama", hidden=384, intermediate=1024, heads=6)
 
 
 def test_cache_sweep(wider):
