@@ -11,7 +11,7 @@ APP_ARGS ?=
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup browser test app lint bench clean-venv
+.PHONY: setup browser test app lint bench screenshot clean-venv
 
 setup: $(STAMP)
 
@@ -33,6 +33,19 @@ test: setup browser
 # make app APP_ARGS="--shared --models-config models.json --pool-size 2" for a classroom server
 app: setup
 	$(BIN)/explorer app --port $(PORT) $(APP_ARGS)
+
+# Benchmarks print ratios measured side by side in one run (never asserted by timed tests).
+# About 15 minutes on a 2-core CPU; BENCH_JSON=dir also writes each result as JSON.
+bench: setup browser
+	$(BIN)/explorer hardware
+	$(BIN)/explorer bench overhead --threads 1
+	$(BIN)/explorer bench overhead --model arch:qwen2.5-0.5b --new-tokens 32 --repeats 3
+	$(BIN)/explorer bench speculative --modes greedy,sample --arch-pair arch:qwen2.5-0.5b arch:smollm2-135m
+	$(BIN)/explorer sweep batch --model arch:qwen2.5-0.5b --batches 1,2,4,8,16,32,64 --repeats 3
+	$(BIN)/python scripts/bench_browser.py
+
+screenshot: setup browser
+	$(BIN)/python scripts/screenshot.py
 
 lint: setup
 	$(BIN)/ruff check explorer tests scripts

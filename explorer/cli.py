@@ -270,7 +270,7 @@ def _add_bench_speculative(bench) -> None:
     p = bench.add_parser("speculative", help="alpha, accepted length, predicted vs measured speedup per k")
     p.add_argument("--target", default="bundled:target")
     p.add_argument("--draft", default="bundled:draft")
-    p.add_argument("--prompt", default="Once upon a time", help="prompt text (models without a tokenizer: ids 1..8)")
+    p.add_argument("--prompt", default="The return statement", help="prompt text (models without a tokenizer: ids 1..8)")
     p.add_argument("--k", default="1..8", help="a range 1..8, a list 1,2,4 or one number")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per run (speculative and target-only)")
     p.add_argument("--repeats", type=int, default=3)

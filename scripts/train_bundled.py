@@ -170,6 +170,7 @@ class RunSettings:
     target_train: TrainSettings
     draft_train: TrainSettings
     max_new_tokens: int = 24
+    command: str = "python scripts/train_bundled.py"
 
 
 @dataclass
@@ -604,6 +605,90 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
+    """assets/models/README.md, written from training.json and samples.json (never by hand)."""
+    corpus, tok, models_ = training["corpus"], training["tokenizer"], training["models"]
+    m = training["machine"]
+    lines = [
+        "# Bundled models (model card)",
+        "",
+        "Two Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained on a CPU by",
+        f"`{training.get('command', 'python scripts/train_bundled.py')}`. This file, `training.json` (every",
+        "number, the loss history) and `samples.json` (greedy continuations, which the tests regenerate",
+        "token for token) are written by that script.",
+        "",
+        "## Corpus and licence",
+        "",
+        f"{corpus['description']} {corpus['characters']:,} characters; "
+        f"{corpus['train_documents']:,} training and {corpus['val_documents']:,} validation documents "
+        f"(split by `{corpus['validation_split']}`): {corpus['train_tokens']:,} training and "
+        f"{corpus['val_tokens']:,} validation tokens.",
+        "",
+        "Licence of the text: Python's documentation and docstrings are distributed under the PSF",
+        "License Agreement (Python Software Foundation); they ship with every CPython installation, so the",
+        "corpus is rebuilt offline on any machine. The weights are released with this repository (MIT).",
+        "",
+        "## Tokenizer",
+        "",
+        f"{tok['type']}, vocabulary {tok['vocab_size']:,}; `<|endoftext|>` is BOS and EOS (prepended to "
+        "every encoded text, as every training document starts with it), `<|pad|>` pads batches.",
+        "",
+        "## Models and training",
+        "",
+        "| | target | draft |",
+        "|---|---|---|",
+    ]
+    t, d = models_["target"], models_["draft"]
+
+    def row(label: str, fn) -> str:
+        return f"| {label} | {fn(t)} | {fn(d)} |"
+
+    lines += [
+        row("parameters", lambda r: f"{r['parameters']:,}"),
+        row("layers x hidden (heads / KV heads)", lambda r: f"{r['config']['num_hidden_layers']} x "
+            f"{r['config']['hidden_size']} ({r['config']['num_attention_heads']} / "
+            f"{r['config']['num_key_value_heads']})"),
+        row("MLP (SwiGLU) width", lambda r: r["config"]["intermediate_size"]),
+        row("positions", lambda r: r["config"]["max_position_embeddings"]),
+        row("steps x tokens per step", lambda r: f"{r['steps']:,} x {r['tokens_per_step']:,}"),
+        row("tokens seen (epochs)", lambda r: f"{r['tokens_seen']:,} ({r['epochs']})"),
+        row("optimiser", lambda r: f"AdamW lr {r['optimizer']['lr']}, {r['optimizer']['schedule']}"),
+        row("checkpoint kept (best validation)", lambda r: f"step {r['saved_checkpoint_step']:,}"),
+        row("wall time", lambda r: f"{r['wall_time_s'] / 60:.1f} min ({r['seconds_per_step']} s/step)"),
+        row("final train loss (perplexity)", lambda r: f"{r['final_train_loss']:.3f} "
+            f"({r['final_train_perplexity']:.1f})"),
+        row("final validation loss (perplexity)", lambda r: f"**{r['final_val_loss']:.3f}** "
+            f"({r['final_val_perplexity']:.1f})"),
+        "",
+        f"Draft / target parameters: {training['draft_to_target_parameter_ratio']}. Uniform guessing "
+        f"would give loss ln({tok['vocab_size']}) = {math.log(tok['vocab_size']):.2f}.",
+        f"Machine: {m['platform']}, {m['cpu_count']} CPU cores, {m['torch_threads']} torch threads; "
+        f"Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}. Total time "
+        f"{training['total_wall_time_s'] / 60:.1f} min. Same seeds and versions reproduce the weights;",
+        "another thread count or CPU may differ in the last bits (and so in a late greedy token).",
+        "",
+        "## Greedy continuations",
+        "",
+        f"`{samples['how']}`",
+        "",
+    ]
+    for name in ("target", "draft"):
+        for sample in samples[name]:
+            text = sample["text"].replace("\n", "\\n")
+            lines.append(f"- {name}: **{sample['prompt']}**{text}")
+    lines += [
+        "",
+        "## Intended use and limits",
+        "",
+        "Teaching models: small enough to step through in milliseconds on a CPU, trained enough that their",
+        "distributions mean something. They know only Python's documentation, make things up, and must",
+        "not be used to answer questions. For cost lessons at real scale use the `arch:` shapes (real",
+        "configurations, random weights) or a hub model on a GPU.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def machine_info() -> dict[str, Any]:
     """Where the training ran."""
     return {
@@ -669,6 +754,7 @@ def run(settings: RunSettings) -> None:
     ratio = reports["draft"]["parameters"] / reports["target"]["parameters"]
     training = {
         "generated_by": "scripts/train_bundled.py",
+        "command": settings.command,
         "machine": machine_info(),
         "corpus": {
             "description": "pydoc_data.topics.topics (Python reference-manual topics) plus "
@@ -702,12 +788,14 @@ def run(settings: RunSettings) -> None:
         "draft_to_target_parameter_ratio": round(ratio, 4),
         "total_wall_time_s": round(time.perf_counter() - t0, 1),
     }
-    write_json(settings.out_dir / "training.json", training)
-    write_json(settings.out_dir / "samples.json", {
+    samples_record = {
         "how": "model.generate(**tok(prompt, return_tensors='pt'), do_sample=False, "
                f"max_new_tokens={settings.max_new_tokens})",
         **samples,
-    })
+    }
+    write_json(settings.out_dir / "training.json", training)
+    write_json(settings.out_dir / "samples.json", samples_record)
+    (settings.out_dir / "README.md").write_text(model_card(training, samples_record), encoding="utf-8")
     print(f"done in {training['total_wall_time_s']:.0f}s -> {settings.out_dir}", flush=True)
 
 
@@ -745,6 +833,7 @@ def parse_args(argv: list[str] | None = None) -> RunSettings:
                                    warmup_steps=min(100, target_steps // 4), **common),
         draft_train=TrainSettings(steps=draft_steps, lr=4e-3,
                                   warmup_steps=min(100, draft_steps // 4), **common),
+        command=" ".join(["python scripts/train_bundled.py", *(argv if argv is not None else sys.argv[1:])]),
     )
 
 

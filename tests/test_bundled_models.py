@@ -172,3 +172,17 @@ def test_target_beats_uniform_on_in_domain_text(models: dict[str, Any],
     with torch.no_grad():
         loss = models["target"](**inputs, labels=inputs["input_ids"]).loss.item()
     assert loss < 4.0  # uniform guessing would be ln(4096) ~ 8.3
+
+
+def test_model_card_is_written_from_the_records(training: dict[str, Any],
+                                                samples: dict[str, Any]) -> None:
+    """assets/models/README.md is exactly what the training script writes from its records."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "train_bundled.py"
+    spec = importlib.util.spec_from_file_location("train_bundled", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    card = (MODELS_DIR / "README.md").read_text(encoding="utf-8")
+    assert card == module.model_card(training, samples)
+    assert f"**{training['models']['target']['final_val_loss']:.3f}**" in card

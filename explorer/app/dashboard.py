@@ -33,7 +33,7 @@ from explorer.app.views import Distribution, LiveChart, StripText, figure_widget
 from explorer.loading import LoadedModel, ModelNotFoundError, available_models, load
 from explorer.sampling import Sampling
 
-DEFAULT_PROMPT = "Once upon a time"
+DEFAULT_PROMPT = "The return statement"  # in the bundled models' domain (Python docs)
 FALLBACK_MODEL = "arch:gpt2"  # when the bundled models are missing and no model was named
 MEMORY_HEADROOM = 0.8  # refuse to load a model whose weights exceed this share of free memory
 
