@@ -615,7 +615,10 @@ def test_batch_sweep_marks_the_modelled_knee(dash):
     assert list(trace_of(chart, "total (measured)").x) == [1, 2]
     knee = dash.sweeps.frames["batch"].attrs["knee_batch_modelled"]
     if knee:
-        assert chart.layout.shapes[0].x0 == knee
+        assert len(chart.layout.shapes) == 1 and chart.layout.shapes[0].x0 == knee
+        assert f"knee at B = {knee}" in chart.layout.title.text
+    else:
+        assert not chart.layout.shapes
     assert dash.guard.errors == [], dash.guard.errors
 
 

@@ -145,7 +145,11 @@ class SweepsTab:
         """Redraw a sweep's chart and status from its DataFrame."""
         chart = self.charts[kind]
         plots.replace(chart, plots.sweep_columns(kind, df))
-        chart.plotly_relayout(plots.sweep_shapes(kind, df))
+        extras = plots.sweep_shapes(kind, df)
+        with chart.batch_update():  # plotly_relayout({"shapes": [...]}) leaves layout.shapes unchanged
+            chart.layout.shapes = extras["shapes"]
+            if "title.text" in extras:
+                chart.layout.title.text = extras["title.text"]
         self.frames[kind] = df
         a = df.attrs
         notes = a.get("notes") or []
