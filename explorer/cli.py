@@ -67,6 +67,8 @@ def _add_app(sub) -> None:
                    help="start a taken kernel's replacement S seconds later (default 8)")
     p.add_argument("--notebook", default=None, help="serve another notebook instead of notebooks/dashboard.ipynb")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="torch CPU threads per kernel (default 0: cores - 1, leaving one to the browser)")
     p.set_defaults(func=_cmd_app)
 
 
@@ -75,7 +77,8 @@ def _cmd_app(args) -> int:
 
     config = AppConfig(port=args.port, ip=args.ip, shared=args.shared, models_config=args.models_config,
                        pool_size=args.pool_size, cull_idle_timeout=args.cull_idle_timeout,
-                       refill_delay=args.refill_delay, notebook=args.notebook, open_browser=not args.no_browser)
+                       refill_delay=args.refill_delay, notebook=args.notebook, open_browser=not args.no_browser,
+                       threads=args.threads)
     return serve(config)
 
 

@@ -23,7 +23,7 @@ from explorer.loading import MODELS_DIR, LoadedModel, model_info
 from explorer.trace import Trace
 
 CONTRACT_CLASSES = ["model", "prompt", "temperature", "top-k", "top-p", "min-p", "repetition-penalty", "seed",
-                    "greedy", "cache", "batch", "top-n", "max-tokens", "step", "play", "pause", "rewind", "reset",
+                    "greedy", "cache", "batch", "top-n", "max-tokens", "stop-eos", "step", "play", "pause", "rewind", "reset",
                     "message", "strip", "dist", "latency", "traffic", "roofline", "tabs", "sweeps", "speculative",
                     "export", "strip-text", "step-count"]
 HAS_BUNDLED = (MODELS_DIR / "target" / "config.json").exists() and (MODELS_DIR / "draft" / "config.json").exists()
@@ -219,6 +219,18 @@ def test_max_tokens_stops_and_disables_step(tiny):
     assert not d.parts["step"].disabled
 
 
+def test_stop_at_eos_toggle_starts_a_session_that_runs_past_eos(tiny):
+    d = Dashboard(lm=tiny, prompt="ab", measure_peaks=False, max_new_tokens=None)
+    d.parts["step"].click()
+    old = d.session
+    assert old.stop_at_eos and d.parts["stop-eos"].value
+    d.parts["stop-eos"].value = False
+    assert d.session is not old and not d.session.stop_at_eos and d.session.steps == []
+    assert "stop at end-of-text changed" in message(d)
+    d.parts["step"].click()
+    assert len(d.session.steps) == 1 and d.guard.errors == []
+
+
 # --- settings -------------------------------------------------------------------------------------------------
 
 
@@ -365,6 +377,18 @@ def test_play_and_pause(dash):
     assert list(dash.strip.fig.data[0].x)[-1] == n - 1 and steps_taken(dash) == n  # every step drawn
     assert len(dash.session.tokens) == n
     assert dash.guard.errors == [], dash.guard.errors
+
+
+def test_play_is_paced_so_the_page_keeps_up(tiny):
+    d = Dashboard(lm=tiny, prompt="ab", measure_peaks=False, max_new_tokens=None, play_max_tokens_per_s=20)
+    t0 = time.perf_counter()
+    assert d.play()
+    time.sleep(0.5)
+    d.pause()
+    d.wait(30)
+    elapsed = time.perf_counter() - t0
+    assert 1 <= len(d.session.steps) <= 20 * elapsed + 1  # never ahead of the pace
+    assert "paced at up to 20/s" in message(d) and d.guard.errors == []
 
 
 def test_conflicting_actions_are_refused_while_playing(dash):

@@ -40,8 +40,11 @@ def test_config_validates_and_builds_the_voila_command(tmp_path):
                  "--VoilaConfiguration.multi_kernel_manager_class=__main__.ExplorerKernelManager"):
         assert flag in cmd
     assert "--preheat_kernel=False" in serve.voila_command(serve.AppConfig(pool_size=0), notebook=tmp_path)
+    assert serve.AppConfig(threads=0).threads == max(1, (os.cpu_count() or 2) - 1)
+    assert serve.kernel_env(serve.AppConfig(threads=3), base={})["OMP_NUM_THREADS"] == "3"
     for bad in (dict(port=0), dict(port=70000), dict(pool_size=-1), dict(pool_size=1.5), dict(cull_idle_timeout=0),
-                dict(refill_delay=-1), dict(models_config=tmp_path / "m.json"), dict(notebook=tmp_path / "none")):
+                dict(refill_delay=-1), dict(models_config=tmp_path / "m.json"), dict(notebook=tmp_path / "none"),
+                dict(threads=-1), dict(threads=1.5)):
         with pytest.raises(ValueError):
             serve.AppConfig(**bad)
 

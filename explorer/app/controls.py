@@ -50,10 +50,11 @@ class RunSettings:
     batch_size: int = 1
     top_n: int = 20
     max_new_tokens: int | None = 200
+    stop_at_eos: bool = True
 
 
 def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> dict[str, W.Widget]:
-    """model, prompt, cache, batch, top-n, max tokens."""
+    """model, prompt, cache, batch, top-n, max tokens, stop at end-of-text."""
     options = list(models) + ([CUSTOM_MODEL] if free_text else [])
     value = rs.model if rs.model in models else (CUSTOM_MODEL if free_text else models[0])
     parts = {
@@ -69,6 +70,8 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
         "max-tokens": _cls(W.IntText(value=rs.max_new_tokens or 0, description="max tokens",
                                      tooltip="0 = until EOS or the model's last position",
                                      continuous_update=False, layout=LABEL, style=STYLE), "max-tokens"),
+        "stop-eos": _cls(W.Checkbox(value=rs.stop_at_eos, description="stop at end-of-text", indent=False),
+                         "stop-eos"),
     }
     if free_text:
         custom = W.Text(value="" if rs.model in models else rs.model, placeholder="e.g. Qwen/Qwen2.5-0.5B or /path",
@@ -133,7 +136,8 @@ def read_run_settings(parts: dict[str, W.Widget]) -> RunSettings:
     if max_tokens < 0:
         raise ValueError(f"max tokens must be >= 0 (0 = no limit), got {max_tokens}")
     return RunSettings(model=model, prompt=parts["prompt"].value, use_cache=bool(parts["cache"].value),
-                       batch_size=batch, top_n=top_n, max_new_tokens=max_tokens or None)
+                       batch_size=batch, top_n=top_n, max_new_tokens=max_tokens or None,
+                       stop_at_eos=bool(parts["stop-eos"].value))
 
 
 def write_run_settings(parts: dict[str, W.Widget], rs: RunSettings) -> None:
@@ -149,3 +153,4 @@ def write_run_settings(parts: dict[str, W.Widget], rs: RunSettings) -> None:
     parts["batch"].value = rs.batch_size
     parts["top-n"].value = rs.top_n
     parts["max-tokens"].value = rs.max_new_tokens or 0
+    parts["stop-eos"].value = rs.stop_at_eos

@@ -48,10 +48,15 @@ class Dashboard:
     def __init__(self, model: str | None = None, prompt: str = DEFAULT_PROMPT, *, sampling: Sampling | None = None,
                  use_cache: bool = True, batch_size: int = 1, top_n: int = 20, max_new_tokens: int | None = 200,
                  shared: bool | None = None, allowed_models: list[str] | None = None, lm: LoadedModel | None = None,
-                 measure_peaks: bool = True, play_render_interval_s: float = 0.05):
+                 measure_peaks: bool = True, play_render_interval_s: float = 0.5,
+                 play_max_tokens_per_s: float | None = 25.0):
         self.shared, self.allowed_models = _shared_config(shared, allowed_models)
         self.measure_peaks = measure_peaks
         self.play_render_interval_s = play_render_interval_s
+        # Play is paced: a page cannot draw faster than about this on a small machine, and an engine
+        # running flat out starves the browser (measured on 2 cores: 107 tokens/s computed, 28 shown,
+        # 1.5 s behind, Pause lost). Each step's latency is still timed alone; None = flat out.
+        self.play_max_tokens_per_s = play_max_tokens_per_s
         self._models: dict[str, LoadedModel] = {}
         if lm is not None:
             self._models[lm.info.name] = lm
@@ -171,7 +176,7 @@ class Dashboard:
         sp, rp, bp = self.sampling_parts, self.run_parts, self.button_parts
         model_box = [rp["model"]] + ([rp["model-custom"]] if "model-custom" in rp else [])
         side = W.VBox([W.HTML("<b>Model and prompt</b>"), *model_box, rp["prompt"], rp["cache"], rp["batch"],
-                       rp["top-n"], rp["max-tokens"], W.HTML("<b>Sampling</b> (applies from the next step)"),
+                       rp["top-n"], rp["max-tokens"], rp["stop-eos"], W.HTML("<b>Sampling</b> (applies from the next step)"),
                        sp["temperature"], sp["top-k"], sp["top-p"], sp["min-p"], sp["repetition-penalty"], sp["seed"],
                        sp["greedy"]], layout=W.Layout(width="270px", min_width="270px"))
         self.strip_box = W.VBox([self.strip_text.widget, self.strip.fig], layout=W.Layout(width="100%"))
@@ -332,10 +337,10 @@ class Dashboard:
                 thread.join(timeout)
 
     def _play_loop(self) -> None:
-        pending, start, count = [], time.perf_counter(), 0
-        last_render = start
+        pending, count = [], 0
         try:
             self._wait_peaks()
+            start = due = last_render = time.perf_counter()
             while not self._pause.is_set():
                 with self.guard.lock:
                     if self.session.done:
@@ -351,13 +356,15 @@ class Dashboard:
                         self._render_new(pending)
                         pending, last_render = [], time.perf_counter()
                 self.guard.yield_to_waiting()  # a click waiting for the lock gets it before the next step
+                due = self._pace(due)
             with self.guard.lock:
                 if pending:
                     self.selected = None
                     self._render_new(pending)
             rate = count / max(time.perf_counter() - start, 1e-9)
             why = f"stopped: {self.session.stop_reason}" if self.session.done else "paused"
-            self.guard.say(f"Play {why} after {count} tokens ({rate:.1f} tokens/s, charts included).", "ok")
+            pace = f", paced at up to {self.play_max_tokens_per_s:g}/s" if self.play_max_tokens_per_s else ""
+            self.guard.say(f"Play {why} after {count} tokens ({rate:.1f} tokens/s, charts included{pace}).", "ok")
         except Exception as err:  # noqa: BLE001 - shown, and the session keeps every completed step
             with self.guard.lock:
                 if pending:
@@ -365,6 +372,17 @@ class Dashboard:
             self.guard.fail(err, "Play")
         finally:
             self.guard.finish()
+
+    def _pace(self, due: float) -> float:
+        """Wait (Pause interrupts) until the next step is due at the Play pace; returns the time the
+        one after it is due. A slow step is not made up for by a burst (no debt carried over)."""
+        if not self.play_max_tokens_per_s:
+            return due
+        due = max(due + 1.0 / self.play_max_tokens_per_s, time.perf_counter())
+        wait = due - time.perf_counter()
+        if wait > 0:
+            self._pause.wait(wait)
+        return due
 
     # --- settings changes --------------------------------------------------------------------------------
 
@@ -424,7 +442,8 @@ class Dashboard:
             raise ValueError(f"{rs.model!r} is not offered on this server; choose one of {', '.join(self.allowed_models)}")
         lm = self._load(rs.model)
         return Session(lm, _prompt_input(lm, rs.prompt), sampling, use_cache=rs.use_cache, top_n=rs.top_n,
-                       max_new_tokens=rs.max_new_tokens, batch_size=rs.batch_size, roofline=self.measure_peaks)
+                       max_new_tokens=rs.max_new_tokens, batch_size=rs.batch_size, roofline=self.measure_peaks,
+                       stop_at_eos=rs.stop_at_eos)
 
     def _load(self, name: str) -> LoadedModel:
         if name in self._models:
@@ -734,7 +753,7 @@ def _sampling_text(s: Sampling) -> str:
 
 def _what_changed(old: C.RunSettings, new: C.RunSettings) -> str:
     names = {"model": "model", "prompt": "prompt", "use_cache": "KV cache", "batch_size": "batch size",
-             "top_n": "top-n", "max_new_tokens": "max tokens"}
+             "top_n": "top-n", "max_new_tokens": "max tokens", "stop_at_eos": "stop at end-of-text"}
     changed = [label for key, label in names.items() if getattr(old, key) != getattr(new, key)]
     return ", ".join(changed) + " changed" if changed else "same settings"
 
