@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         bs.answer_offline(context, app.url)
         page, tti = bs.open_dashboard(context, app.url, timeout_s=120)
+        page.uncheck(".ie-stop-eos input")  # a document may end within 16 tokens: show what follows
+        bs.wait_quiet(page)
         set_number(page, "temperature", a.temperature)
         set_number(page, "seed", a.seed)
         page.click("button.ie-reset")
