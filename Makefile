@@ -35,7 +35,7 @@ app: setup
 	$(BIN)/explorer app --port $(PORT) $(APP_ARGS)
 
 # Benchmarks print ratios measured side by side in one run (never asserted by timed tests).
-# About 15 minutes on a 2-core CPU; BENCH_JSON=dir also writes each result as JSON.
+# About 10 minutes on a 2-core CPU.
 bench: setup browser
 	$(BIN)/explorer hardware
 	$(BIN)/explorer bench overhead --threads 1

@@ -95,19 +95,13 @@ def play_rate(page, seconds: float) -> dict:
             "engine_steps_after_shown_pause": (start_tokens + int(m.group(1)) - shown_at_pause) if m else None}
 
 
-def set_value(page, css: str, value: str) -> None:
-    box = page.locator(f"{css} input, {css} textarea").first
-    box.fill(value)
-    box.press("Enter")
-
-
 def new_session(page, model: str | None, max_tokens: int) -> None:
     """Pick the model and max tokens (each change starts a new session); wait until it is ready."""
     if model is not None:
         page.select_option(".ie-model select", model)
         page.wait_for_function("(m) => document.querySelector('.ie-message').innerText.includes(m)", arg=model,
                                timeout=180000)
-    set_value(page, ".ie-max-tokens", str(max_tokens))
+    bs.set_value(page, "max-tokens", str(max_tokens))
     page.wait_for_function("() => /step 0\\b/.test(document.querySelector('.ie-step-count').innerText)",
                            timeout=60000)
     settle(page)

@@ -18,14 +18,6 @@ import browser_support as bs  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
-def set_number(page, name: str, value: str) -> None:
-    """Type into a control's text box and commit it (the boxes update on Enter / blur)."""
-    box = page.locator(f".ie-{name} input")
-    box.fill(value)
-    box.press("Enter")
-    bs.wait_quiet(page)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=REPO / "assets" / "dashboard.png")
@@ -44,8 +36,10 @@ def main(argv: list[str] | None = None) -> None:
         page, tti = bs.open_dashboard(context, app.url, timeout_s=120)
         page.uncheck(".ie-stop-eos input")  # a document may end within 16 tokens: show what follows
         bs.wait_quiet(page)
-        set_number(page, "temperature", a.temperature)
-        set_number(page, "seed", a.seed)
+        bs.set_value(page, "temperature", a.temperature)
+        bs.wait_quiet(page)
+        bs.set_value(page, "seed", a.seed)
+        bs.wait_quiet(page)
         page.click("button.ie-reset")
         page.wait_for_selector(bs.STEP_READY, timeout=60000)
         for _ in range(a.steps):

@@ -191,6 +191,13 @@ def wait_quiet(page, settle_ms: int = 150, timeout_ms: int = 10000) -> None:
     }""", [settle_ms, timeout_ms])
 
 
+def set_value(page, name: str, value: str) -> None:
+    """Type into control ie-<name>'s text box and commit it (the boxes update on Enter / blur)."""
+    box = page.locator(f".ie-{name} input, .ie-{name} textarea").first
+    box.fill(value)
+    box.press("Enter")
+
+
 def wait_text_change(page, selector: str, old: str, timeout_s: float = 20.0) -> str:
     """Wait until text_content(selector) differs from `old`; return the new text."""
     page.wait_for_function("([sel, old]) => { const el = document.querySelector(sel);"

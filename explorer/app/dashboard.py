@@ -17,7 +17,6 @@ the environment: EXPLORER_SHARED=1 and EXPLORER_MODELS_CONFIG=<path to JSON> hol
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
 import threading
 import time
@@ -28,7 +27,7 @@ import ipywidgets as W
 from explorer import plots
 from explorer.app import controls as C
 from explorer.app.export import download_link, trace_csv, trace_json
-from explorer.app.guard import Guard
+from explorer.app.guard import Guard, on_engine_thread
 from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, refit, resync
 from explorer.loading import LoadedModel, ModelNotFoundError, available_models, load
 from explorer.sampling import Sampling
@@ -637,25 +636,6 @@ class Dashboard:
 
 
 # --- helpers -------------------------------------------------------------------------------------------
-
-
-_ENGINE: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def on_engine_thread(fn, *args):
-    """Run fn(*args) on the one engine worker thread and wait for it (exceptions propagate).
-
-    Forward passes then always run on the same non-main thread, as Play's do. Measured here on a
-    shared 2-core CPU under load: a bundled-target decode step took 260-1200 ms (median of 20) on the
-    kernel's main thread against ~10 ms on a worker thread, same torch thread count (OpenMP's
-    main-thread team waits badly when the cores are oversubscribed); on an idle machine both match.
-    """
-    global _ENGINE
-    if threading.current_thread() is not threading.main_thread():
-        return fn(*args)  # already off the main thread (Play, a sweep)
-    if _ENGINE is None:
-        _ENGINE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-engine")
-    return _ENGINE.submit(fn, *args).result()
 
 
 def _quietly(fn, *args) -> None:

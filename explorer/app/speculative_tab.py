@@ -14,13 +14,8 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from explorer import plots
+from explorer.app.guard import on_engine_thread
 from explorer.app.views import LiveChart, figure_widget
-
-
-def on_engine_thread(fn, *args):
-    from explorer.app.dashboard import on_engine_thread as run
-
-    return run(fn, *args)
 
 RUN_TOKENS = 32
 
