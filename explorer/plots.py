@@ -115,20 +115,22 @@ def concat(old: Columns, new: Columns, *, keep_last: int | None = None) -> Colum
     return out
 
 
-def replace(fig: go.Figure, columns: Columns) -> None:
-    """Set `columns` on the named traces, discarding what they held.
+def replace(fig: go.Figure, columns: Columns, layout: dict | None = None) -> None:
+    """Set `columns` on the named traces, discarding what they held, and apply `layout` (relayout paths).
 
-    Traces that set the same properties share one restyle (one message to the browser, one redraw).
+    All of it goes to the browser as one Plotly.update: one message, one redraw (a restyle per
+    property group plus a relayout cost a redraw each; on a small machine that is ~30 ms apiece).
     """
+    from plotly.basedatatypes import Undefined  # "leave this trace's value as it is"
+
     index = {t.name: i for i, t in enumerate(fig.data)}
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for name, props in columns.items():
-        if name not in index:
-            raise KeyError(f"the figure has no trace named {name!r}; it has {sorted(index)}")
-        groups.setdefault(tuple(sorted(props)), []).append(name)
-    for props, names in groups.items():
-        data = {prop: [columns[n][prop] for n in names] for prop in props}
-        fig.plotly_restyle(data, trace_indexes=[index[n] for n in names])
+    missing = [name for name in columns if name not in index]
+    if missing:
+        raise KeyError(f"the figure has no trace named {missing[0]!r}; it has {sorted(index)}")
+    names = list(columns)
+    props = sorted({prop for cols in columns.values() for prop in cols})
+    data = {prop: [columns[n].get(prop, Undefined) for n in names] for prop in props}
+    fig.plotly_update(restyle_data=data, relayout_data=dict(layout or {}), trace_indexes=[index[n] for n in names])
 
 
 def clear(fig: go.Figure, props: Sequence[str] = ("x", "y")) -> None:
@@ -152,6 +154,8 @@ def _phase_of(step: Step) -> str:
 # --- token strip ---------------------------------------------------------------------------------
 
 STRIP_WINDOW = 24
+# colour scale, its range and the colour bar's title; entropy uses a fixed 0-5 nats like the text strip
+STRIP_SCALES = {"prob": ("RdYlGn", 0.0, 1.0, "p final"), "entropy": ("RdYlGn_r", 0.0, 5.0, "H (nats)")}
 
 
 def strip_figure(color_by: str = "prob", *, height: int = 150) -> go.Figure:
@@ -161,21 +165,36 @@ def strip_figure(color_by: str = "prob", *, height: int = 150) -> go.Figure:
     the user, not sampled). x is the step index; a cell's customdata is its step index.
     """
     _check_color_by(color_by)
-    scale = dict(colorscale="RdYlGn", cmin=0, cmax=1, colorbar=dict(title="p final", thickness=10)) \
-        if color_by == "prob" else \
-        dict(colorscale="RdYlGn_r", cauto=True, colorbar=dict(title="H (nats)", thickness=10))
+    name, lo, hi, title = STRIP_SCALES[color_by]
     fig = go.Figure(
         data=[go.Bar(name="tokens", x=[], y=[], text=[], customdata=[], hovertext=[],
                      hoverinfo="text", textposition="inside", insidetextanchor="middle", textangle=0,
-                     textfont=dict(size=13), width=0.96, marker=dict(coloraxis="coloraxis"),
-                     showlegend=False)],
+                     textfont=dict(size=13, color="#111"), width=0.96, marker=dict(color=[]),
+                     showlegend=False),
+              # carries the colour bar only (the cells get their colours as strings, see strip_colors)
+              go.Scatter(name="scale", x=[None, None], y=[None, None], mode="markers", hoverinfo="skip",
+                         marker=dict(coloraxis="coloraxis", color=[lo, hi]), showlegend=False)],
         layout=_layout(height=height, margin=dict(l=10, r=10, t=30, b=30),
                     title=dict(text=_strip_title(color_by), font=dict(size=12)),
-                    coloraxis=scale, bargap=0.04, clickmode="event",
+                    coloraxis=dict(colorscale=name, cmin=lo, cmax=hi, colorbar=dict(title=title, thickness=10)),
+                    bargap=0.04, clickmode="event",
                     yaxis=dict(visible=False, range=[0, 1], fixedrange=True),
                     xaxis=dict(title=None, dtick=5, fixedrange=True)),
     )
     return fig
+
+
+def strip_colors(values: Sequence[float], color_by: str = "prob") -> np.ndarray:
+    """Cell colours ('rgb(...)' strings) for probabilities or entropies on the strip's colour scale.
+
+    Mapped here rather than by plotly: bars given numbers make plotly.js warn (console.trace) once
+    per cell on every redraw, which costs more than the redraw itself in a browser on a small machine.
+    """
+    from plotly.colors import sample_colorscale
+
+    name, lo, hi, _ = STRIP_SCALES[color_by]
+    where = [min(max((float(v) - lo) / (hi - lo), 0.0), 1.0) if v == v else 0.0 for v in values]
+    return _objs(sample_colorscale(name, where) if where else [])
 
 
 def _check_color_by(color_by: str) -> None:
@@ -201,7 +220,7 @@ def strip_columns(steps: Sequence[Step], color_by: str = "prob") -> Columns:
         "text": _objs(show_token(s.token_text) for s in steps),
         "hovertext": _objs(hover),
         "customdata": _arr((s.index for s in steps), np.float64),
-        "marker.color": _arr(color),
+        "marker.color": strip_colors(color, color_by),
         "marker.line.width": _arr(3.0 if s.phase == "prefill" else 0.5 for s in steps),
         "marker.line.color": _objs("#222" if s.phase == "prefill" else "#fff" for s in steps),
         "marker.pattern.shape": _objs("x" if s.forced else "" for s in steps),
@@ -226,15 +245,19 @@ def token_strip(trace: Trace, color_by: str = "prob", window: int | None = None)
 # --- next-token distribution ----------------------------------------------------------------------
 
 
-def distribution_figure(*, height: int = 360) -> go.Figure:
-    """Three panels for one step: top-n bars (raw vs final), the stage waterfall, the draw on the CDF."""
+def distribution_figure(titled: bool = True, *, height: int = 360) -> go.Figure:
+    """Three panels for one step: top-n bars (raw vs final), the stage waterfall, the draw on the CDF.
+
+    titled=False: no figure title (the dashboard shows the step's title as HTML above the chart: a
+    plotly title that changes every step costs ~12 ms of text layout per redraw in the browser).
+    """
     fig = make_subplots(rows=1, cols=3, column_widths=[0.52, 0.22, 0.26], horizontal_spacing=0.07,
-                        subplot_titles=("top-n: raw vs final probability (click a bar to branch)",
+                        subplot_titles=("top-n: raw (grey) vs final (blue) probability · click a bar to branch",
                                         "stages: mass and tokens kept", "the draw on the final CDF"))
     fig.add_trace(go.Bar(name="raw", x=[], y=[], customdata=[], hovertext=[], hoverinfo="text",
-                         marker=dict(color="#b0b0b0"), legendgroup="p"), row=1, col=1)
+                         marker=dict(color="#b0b0b0"), showlegend=False), row=1, col=1)
     fig.add_trace(go.Bar(name="final", x=[], y=[], customdata=[], hovertext=[], hoverinfo="text",
-                         marker=dict(color="#1f77b4", line=dict(color="#111", width=[])), legendgroup="p"),
+                         marker=dict(color="#1f77b4", line=dict(color="#111", width=[])), showlegend=False),
                   row=1, col=1)
     fig.add_trace(go.Bar(name="stages", x=[], y=[], text=[], textposition="outside", hovertext=[],
                          hoverinfo="text", marker=dict(color="#55a868"), showlegend=False), row=1, col=2)
@@ -246,11 +269,9 @@ def distribution_figure(*, height: int = 360) -> go.Figure:
                              line=dict(color="#d62728", dash="dash"), hoverinfo="skip", showlegend=False),
                   row=1, col=3)
     _style_axes(fig)
-    fig.update_layout(**_layout(height=height, barmode="group", clickmode="event",
-                      title=dict(text="Next-token distribution", font=dict(size=14), y=0.98, yanchor="top"),
-                      margin=dict(l=60, r=20, t=95, b=60),
-                      legend=dict(orientation="v", x=0.5, xanchor="right", y=0.97, yanchor="top",
-                                  bgcolor="rgba(255,255,255,0.7)")))
+    title = dict(text="Next-token distribution", font=dict(size=14), y=0.98, yanchor="top") if titled else None
+    fig.update_layout(**_layout(height=height if titled else height - 45, barmode="group", clickmode="event",
+                      title=title, margin=dict(l=60, r=20, t=95 if titled else 50, b=60)))
     fig.update_yaxes(title_text="probability", range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="mass kept", range=[0, 1.15], row=1, col=2)
     fig.update_yaxes(title_text="cumulative final p", range=[0, 1.05], row=1, col=3)
@@ -304,14 +325,18 @@ def _cdf_columns(step: Step, top: list[dict]) -> Columns:
             "u": u_cols}
 
 
-def distribution_labels(step: Step, top_n: int | None = None) -> dict[str, Any]:
-    """Layout updates for one step: the bars' token labels and the title."""
-    top = step.top[:top_n] if top_n else step.top
+def distribution_title(step: Step) -> str:
+    """What was chosen at this step, how, and how likely it was."""
     how = "forced" if step.forced else ("greedy" if (step.draw or {}).get("u") is None else "sampled")
-    title = (f"Step {step.index} ({step.phase}): {show_token(step.token_text)!s} id {step.token_id} {how}, "
-             f"p final {step.prob_final:.3f} (rank {step.rank_final}), H {step.entropy_final:.2f} nats")
-    return {"xaxis.tickvals": list(range(len(top))), "xaxis.ticktext": [show_token(t["text"]) for t in top],
-            "title.text": title}
+    return (f"Step {step.index} ({step.phase}): {show_token(step.token_text)!s} id {step.token_id} {how}, "
+            f"p final {step.prob_final:.3f} (rank {step.rank_final}), H {step.entropy_final:.2f} nats")
+
+
+def distribution_labels(step: Step, top_n: int | None = None, titled: bool = True) -> dict[str, Any]:
+    """Layout updates for one step: the bars' token labels (and the title)."""
+    top = step.top[:top_n] if top_n else step.top
+    labels = {"xaxis.tickvals": list(range(len(top))), "xaxis.ticktext": [show_token(t["text"]) for t in top]}
+    return {**labels, "title.text": distribution_title(step)} if titled else labels
 
 
 def distribution(step: Step, top_n: int | None = None) -> go.Figure:

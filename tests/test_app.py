@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from explorer import plots
 from explorer.app import Dashboard
 from explorer.app import controls as C
 from explorer.app import dashboard as dashboard_module
@@ -119,7 +120,7 @@ def test_step_updates_strip_and_distribution(dash):
     final = trace_of(dash.dist.fig, "final")
     assert list(final.y) == pytest.approx([t["final"] for t in step.top])
     assert list(final.customdata) == [t["id"] for t in step.top]
-    assert "Step 0" in dash.dist.fig.layout.title.text
+    assert "Step 0" in dash.dist.title.value
     assert 'data-step="0"' in dash.parts["strip-text"].value
     assert "Hello there" in dash.parts["strip-text"].value
     dash.parts["step"].click()
@@ -136,7 +137,7 @@ def test_step_updates_strip_and_distribution(dash):
     dash.parts["step"].click()
     assert len(trace_of(dash.roofline.fig, "decode").x) == 2  # the visible tab follows every step
     assert len(trace_of(dash.traffic.fig, "weights").y) == 2 and len(dash.traffic.buffers["weights"]["y"]) == 3
-    assert "Step 2" in dash.dist.fig.layout.title.text
+    assert "Step 2" in dash.dist.title.value
     assert dash.guard.errors == [], dash.guard.errors
 
 
@@ -147,11 +148,11 @@ def test_strip_click_selects_a_step(dash):
     assert dash.selected == 1 and dash.parts["inspect"].value == 1
     step1 = dash.session.steps[1]
     assert list(trace_of(dash.dist.fig, "final").customdata) == [t["id"] for t in step1.top]
-    assert "Step 1" in dash.dist.fig.layout.title.text
+    assert "Step 1" in dash.dist.title.value
     dash.parts["inspect"].value = 3  # the box does the same for any step
-    assert "Step 3" in dash.dist.fig.layout.title.text
+    assert "Step 3" in dash.dist.title.value
     dash.parts["inspect"].value = 99
-    assert "does not exist" in message(dash) and "Step 3" in dash.dist.fig.layout.title.text
+    assert "does not exist" in message(dash) and "Step 3" in dash.dist.title.value
 
 
 def test_bar_click_branches_at_the_selected_step(dash):
@@ -339,8 +340,9 @@ def test_color_by_entropy(dash):
         dash.parts["step"].click()
     dash.parts["color-by"].value = "entropy"
     colors = list(dash.strip.fig.data[0].marker.color)
-    assert colors == pytest.approx([s.entropy_final for s in dash.session.steps])
+    assert colors == list(plots.strip_colors([s.entropy_final for s in dash.session.steps], "entropy"))
     assert "entropy" in dash.strip.fig.layout.title.text
+    assert dash.strip.fig.layout.coloraxis.colorbar.title.text == "H (nats)"
     assert dash.guard.errors == [], dash.guard.errors
 
 

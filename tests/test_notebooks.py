@@ -62,7 +62,11 @@ def _needs_bundled(nb, overrides: dict) -> bool:
 
 
 def execute(path: Path) -> tuple[dict, float, object]:
-    """Run the notebook in a fresh kernel (raises on any cell error); return (facts, seconds, notebook)."""
+    """Run the notebook in a fresh kernel (raises on any cell error); return (facts, seconds, notebook).
+
+    The notebook's metadata gets "explorer_cell_seconds": {cell index: [seconds to send, seconds to the
+    reply]} and "explorer_phases" (kernel start, cells, shutdown), to tell a slow cell from a slow kernel.
+    """
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
@@ -86,9 +90,28 @@ def execute(path: Path) -> tuple[dict, float, object]:
         allow_errors=False,
         resources={"metadata": {"path": str(NB_DIR)}},
     )
-    t0 = time.perf_counter()
-    client.execute(env=env)  # a fresh kernel; CellExecutionError on the first failing cell
-    return read_facts(nb), time.perf_counter() - t0, nb
+    marks: dict = {}
+    now = time.perf_counter
+
+    def mark(what):
+        return lambda cell=None, cell_index=None, **_: marks.setdefault(cell_index, {}).__setitem__(what, now())
+
+    client.on_cell_start, client.on_cell_complete, client.on_cell_executed = mark("start"), mark("sent"), mark("done")
+    client.on_notebook_start = lambda **_: marks.__setitem__("kernel_ready", now())
+    client.on_notebook_complete = lambda **_: marks.__setitem__("shut_down", now())
+    t0 = now()
+    try:
+        client.execute(env=env)  # a fresh kernel; CellExecutionError on the first failing cell
+    finally:
+        cells = {i: m for i, m in marks.items() if isinstance(i, int) and "sent" in m}  # code cells
+        nb.metadata["explorer_cell_seconds"] = {
+            i: [round(m.get("sent", m["start"]) - m["start"], 3), round(m.get("done", now()) - m["start"], 3)]
+            for i, m in cells.items()}
+        last = max((m.get("done", 0) for m in cells.values()), default=t0)
+        nb.metadata["explorer_phases"] = {"kernel_start": round(marks.get("kernel_ready", t0) - t0, 2),
+                                          "cells": round(last - marks.get("kernel_ready", t0), 2),
+                                          "shutdown": round(marks.get("shut_down", now()) - last, 2)}
+    return read_facts(nb), now() - t0, nb
 
 
 def read_facts(nb) -> dict:
@@ -243,7 +266,9 @@ def test_notebook_runs_and_teaches(path: Path, record_property):
     nb = nbformat.read(path, as_version=4)
     if not BUNDLED and _needs_bundled(nb, _overrides(path.stem)):
         pytest.skip("the bundled models are missing: run `python scripts/train_bundled.py`")
-    facts, seconds, _ = execute(path)
+    facts, seconds, ran = execute(path)
     record_property("seconds", round(seconds, 1))
-    print(f"{path.name}: {seconds:.1f} s")
+    phases = ran.metadata["explorer_phases"]
+    slowest = sorted(ran.metadata["explorer_cell_seconds"].items(), key=lambda kv: -kv[1][1])[:3]
+    print(f"{path.name}: {seconds:.1f} s; {phases}; slowest cells (index: [send, reply] s): {dict(slowest)}")
     CHECKS[path.name[:2]](facts)

@@ -81,14 +81,22 @@ def test_strip_columns_colour_mark_prefill_and_forced():
     cols = plots.strip_columns(steps)["tokens"]
     assert cols["x"].tolist() == [0, 1, 2]
     assert cols["customdata"].tolist() == [0, 1, 2]
-    assert cols["marker.color"].tolist() == pytest.approx([s.prob_final for s in steps])
+    assert list(cols["marker.color"]) == list(plots.strip_colors([s.prob_final for s in steps]))
     assert list(cols["marker.pattern.shape"]) == ["", "x", ""]
     assert cols["marker.line.width"][0] > cols["marker.line.width"][1]  # prefill outlined
     assert list(cols["text"]) == [plots.show_token(s.token_text) for s in steps]
     ent = plots.strip_columns(steps, "entropy")["tokens"]["marker.color"]
-    assert ent.tolist() == pytest.approx([s.entropy_final for s in steps])
+    assert list(ent) == list(plots.strip_colors([s.entropy_final for s in steps], "entropy"))
     with pytest.raises(ValueError, match="color_by"):
         plots.strip_columns(steps, "rank")
+
+
+def test_strip_colors_follow_the_scale():
+    # red for unlikely / uncertain, green for likely / certain; out-of-range values clamp to the ends
+    red, green = plots.strip_colors([0.0, 1.0])
+    assert red == plots.strip_colors([-3.0])[0] and green == plots.strip_colors([7.0])[0] and red != green
+    assert list(plots.strip_colors([0.0, 5.0], "entropy")) == [green, red]
+    assert len(plots.strip_colors([])) == 0
 
 
 def test_token_strip_window_keeps_the_last_tokens():

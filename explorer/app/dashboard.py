@@ -48,7 +48,7 @@ class Dashboard:
                  use_cache: bool = True, batch_size: int = 1, top_n: int = 20, max_new_tokens: int | None = 200,
                  shared: bool | None = None, allowed_models: list[str] | None = None, lm: LoadedModel | None = None,
                  measure_peaks: bool = True, play_render_interval_s: float = 0.5,
-                 play_max_tokens_per_s: float | None = 25.0):
+                 play_max_tokens_per_s: float | None = 30.0):
         self.shared, self.allowed_models = _shared_config(shared, allowed_models)
         self.measure_peaks = measure_peaks
         self.play_render_interval_s = play_render_interval_s
@@ -182,7 +182,7 @@ class Dashboard:
         self.strip_box.add_class("ie-strip")
         bar = W.HBox([bp["step"], bp["play"], bp["pause"], bp["rewind"], bp["reset"], self.step_count,
                       self.color_toggle, self.inspect], layout=W.Layout(align_items="center", flex_flow="row wrap"))
-        main = W.VBox([bar, self.strip_box, self.dist.fig], layout=W.Layout(flex="1 1 auto", min_width="0"))
+        main = W.VBox([bar, self.strip_box, self.dist.widget], layout=W.Layout(flex="1 1 auto", min_width="0"))
         self.widget = W.VBox([self.message, W.HBox([side, main], layout=W.Layout(width="100%")), self.tabs],
                              layout=W.Layout(width="100%"))
         self.widget.add_class("ie-dashboard")
@@ -190,7 +190,7 @@ class Dashboard:
             **self.run_parts, **self.sampling_parts, **self.button_parts, "message": self.message,
             "strip": self.strip_box, "strip-text": self.strip_text.widget, "strip-chart": self.strip.fig,
             "step-count": self.step_count, "color-by": self.color_toggle, "inspect": self.inspect,
-            "dist": self.dist.fig, "latency": self.latency.fig, "traffic": self.traffic.fig,
+            "dist": self.dist.fig, "dist-title": self.dist.title, "latency": self.latency.fig, "traffic": self.traffic.fig,
             "roofline": self.roofline.fig, "tabs": self.tabs, "sweeps": self.sweeps.widget,
             "speculative": self.speculative.widget, "export": self.export_box, **self.sweeps.parts,
             **self.speculative.parts, "export-button": self.export_button, "export-links": self.export_links,
@@ -498,11 +498,12 @@ class Dashboard:
 
     def _render_new(self, steps) -> None:
         """Append just-taken steps to every view (the per-step path: no O(n) work)."""
-        self.strip.append(steps)
-        self.strip.fig.plotly_relayout({"xaxis.range": plots.strip_range(steps[-1].index)})
+        # The text and the distribution first: the browser draws messages in order, and these are the
+        # views a person reads; the strip chart and the tab's chart follow (one message each).
         self.strip_text.append(steps, self.color_by)
-        self._show_distribution()
         self._count()
+        self._show_distribution()
+        self.strip.append(steps, {"xaxis.range": plots.strip_range(steps[-1].index)})
         self.latency.append(steps)
         self.traffic.append(steps)
         self.roofline.append(steps)
@@ -525,9 +526,8 @@ class Dashboard:
 
     def _render_strip(self, reset: bool = False) -> None:
         steps = self.session.steps
-        self.strip.reset(steps)
         self.strip_text.reset(steps, self.color_by)
-        self.strip.fig.plotly_relayout({"xaxis.range": plots.strip_range(steps[-1].index if steps else 0)})
+        self.strip.reset(steps, {"xaxis.range": plots.strip_range(steps[-1].index if steps else 0)})
 
     def _show_distribution(self) -> None:
         steps = self.session.steps
@@ -621,7 +621,7 @@ class Dashboard:
             name = what.split(": ", 1)[1]
             for chart in (self.latency, self.traffic, self.roofline):
                 chart.flush()
-            fig = {"token strip": self.strip.fig, "distribution": self.dist.fig, "latency": self.latency.fig,
+            fig = {"token strip": self.strip.fig, "distribution": self.dist.figure(), "latency": self.latency.fig,
                    "traffic": self.traffic.fig, "roofline": self.roofline.fig}[name]
             link = download_link(plots.figure_html(fig), f"{name.replace(' ', '-')}-{stamp}.html")
         self.export_links.value = link

@@ -181,8 +181,7 @@ class SpeculativeTab:
     def _render(self, rounds) -> None:
         if not rounds:
             return
-        self.rounds.append(rounds)
-        self.rounds.fig.plotly_relayout({"yaxis.range": plots.rounds_range(rounds[-1].index)})
+        self.rounds.append(rounds, {"yaxis.range": plots.rounds_range(rounds[-1].index)})
         self.alpha.append(rounds)
         stats = self.session.stats()
         plots.replace(self.hist, plots.accepted_histogram_columns(stats["accepted_histogram"]))

@@ -1,8 +1,8 @@
 """Live views: FigureWidgets that append a step's columns (explorer.plots) instead of rebuilding.
 
 Each LiveChart keeps the numpy columns it shows; `append(steps)` concatenates the new steps'
-columns and sends them in one restyle per property group (numeric arrays travel as binary
-buffers). `reset(steps)` rebuilds from a list of steps (after a rewind, a branch, a new session).
+columns and sends them, with any layout change, as one Plotly.update (one message, one redraw;
+numeric arrays travel as binary buffers). `reset(steps)` rebuilds from a list of steps (after a rewind, a branch, a new session).
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ def figure_widget(builder: Callable[..., go.Figure], *args) -> go.FigureWidget:
         figure_widget_class,  # under `explorer app`: plotly's JS fetched once per page
     )
 
-    return figure_widget_class()(deepcopy(_spec(builder, args)))
+    spec = deepcopy(_spec(builder, args))
+    for key, axis in spec.get("layout", {}).items():
+        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            # Live views skip plotly.js's tick-label measuring, the larger part of a Step's redraw in Chromium
+            # (profiled): automargin measures every label and draws the figure again when a margin changes;
+            # the default "hide past div" overflow check measures every label again (getBoundingClientRect).
+            axis.update(automargin=False, ticklabeloverflow="allow")
+    return figure_widget_class()(spec)
 
 
 def refit(fig: go.FigureWidget) -> None:
@@ -67,20 +74,22 @@ class LiveChart:
         self.buffers: plots.Columns = {}
         self.live = live
         self.stale = False  # buffers hold data the figure does not show yet
+        self.layout: dict = {}  # relayout paths waiting to be sent with the next data
 
-    def append(self, steps: Sequence[Step]) -> None:
+    def append(self, steps: Sequence[Step], layout: dict | None = None) -> None:
+        """Add `steps` (and apply `layout`, relayout paths such as the x range) in one message."""
         if not steps:
             return
         self.buffers = plots.concat(self.buffers, self.columns(steps), keep_last=self.keep_last)
-        self._send()
+        self._send(layout)
 
-    def reset(self, steps: Sequence[Step] = ()) -> None:
+    def reset(self, steps: Sequence[Step] = (), layout: dict | None = None) -> None:
         """Show exactly `steps` (the last keep_last of them)."""
         empty = {name: {prop: arr[:0] for prop, arr in props.items()} for name, props in self.buffers.items()}
         steps = list(steps)
         self.buffers = plots.concat(empty, self.columns(steps[-self.keep_last:] if self.keep_last else steps)) \
             if steps else empty
-        self._send()
+        self._send(layout)
 
     def set_live(self, live: bool) -> None:
         self.live = live
@@ -88,13 +97,14 @@ class LiveChart:
             self.flush()
 
     def flush(self) -> None:
-        """Send what the buffers hold if the figure is behind."""
-        if self.stale:
-            plots.replace(self.fig, self.buffers)
-            self.stale = False
+        """Send what the buffers hold (and the layout change waiting) if the figure is behind."""
+        if self.stale or self.layout:
+            plots.replace(self.fig, self.buffers if self.stale else {}, self.layout)
+            self.stale, self.layout = False, {}
 
-    def _send(self) -> None:
+    def _send(self, layout: dict | None = None) -> None:
         self.stale = True
+        self.layout.update(layout or {})
         if self.live:
             self.flush()
 
@@ -154,24 +164,41 @@ class StripText:
 
 
 class Distribution:
-    """The distribution panels of one selected step (replaced per selection: ~20 bars, 5 stages)."""
+    """The distribution panels of one selected step (replaced per selection: ~20 bars, 5 stages).
+
+    `widget` holds the step's title (HTML, class ie-dist-title) above the chart (`fig`, class ie-dist).
+    """
+
+    EMPTY = "Next-token distribution (press Step)"
 
     def __init__(self):
-        self.fig = figure_widget(plots.distribution_figure)
+        self.fig = figure_widget(plots.distribution_figure, False)
         self.fig.add_class("ie-dist")
+        self.title = W.HTML(value=self._title_html(self.EMPTY))
+        self.title.add_class("ie-dist-title")
+        self.widget = W.VBox([self.title, self.fig], layout=W.Layout(width="100%"))
         self.step: Step | None = None
+        self.top_n: int | None = None
 
     def show(self, step: Step | None, top_n: int | None) -> None:
-        self.step = step
+        self.step, self.top_n = step, top_n
         if step is None:
             cols = {t.name: {"x": np.empty(0), "y": np.empty(0)} for t in self.fig.data}
             plots.replace(self.fig, cols)
-            self.fig.plotly_relayout({"title.text": "Next-token distribution (press Step)"})
+            self.title.value = self._title_html(self.EMPTY)
             return
-        plots.replace(self.fig, plots.distribution_columns(step, top_n))
-        self.fig.plotly_relayout(plots.distribution_labels(step, top_n))
+        self.title.value = self._title_html(plots.distribution_title(step))
+        plots.replace(self.fig, plots.distribution_columns(step, top_n), plots.distribution_labels(step, top_n, False))
+
+    def figure(self) -> go.Figure:
+        """The panels as a standalone figure with their title (for export)."""
+        return plots.distribution(self.step, self.top_n) if self.step is not None else go.Figure(self.fig)
 
     def token_at(self, point_index: int) -> int:
         """The token id of the bar at point_index (customdata of the 'final' trace)."""
         final = next(t for t in self.fig.data if t.name == "final")
         return int(final.customdata[point_index])
+
+    @staticmethod
+    def _title_html(text: str) -> str:
+        return f'<div style="font-size:15px;padding:4px 0 0 8px;color:#222">{html.escape(text)}</div>'
