@@ -270,8 +270,8 @@ def distribution_figure(titled: bool = True, *, height: int = 360) -> go.Figure:
                   row=1, col=3)
     _style_axes(fig)
     title = dict(text="Next-token distribution", font=dict(size=14), y=0.98, yanchor="top") if titled else None
-    fig.update_layout(**_layout(height=height if titled else height - 45, barmode="group", clickmode="event",
-                      title=title, margin=dict(l=60, r=20, t=95 if titled else 50, b=60)))
+    fig.update_layout(**_layout(height=height if titled else height - 5, barmode="group", clickmode="event",
+                      title=title, margin=dict(l=60, r=20, t=95 if titled else 50, b=60 if titled else 100)))
     fig.update_yaxes(title_text="probability", range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="mass kept", range=[0, 1.15], row=1, col=2)
     fig.update_yaxes(title_text="cumulative final p", range=[0, 1.05], row=1, col=3)
