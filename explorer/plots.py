@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.basedatatypes import Undefined  # in a restyle: "leave this trace's value as it is"
 from plotly.subplots import make_subplots
 
 from explorer.trace import Step, Trace
@@ -121,8 +122,6 @@ def replace(fig: go.Figure, columns: Columns, layout: dict | None = None) -> Non
     All of it goes to the browser as one Plotly.update: one message, one redraw (a restyle per
     property group plus a relayout cost a redraw each; on a small machine that is ~30 ms apiece).
     """
-    from plotly.basedatatypes import Undefined  # "leave this trace's value as it is"
-
     index = {t.name: i for i, t in enumerate(fig.data)}
     missing = [name for name in columns if name not in index]
     if missing:

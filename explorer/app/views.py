@@ -2,7 +2,8 @@
 
 Each LiveChart keeps the numpy columns it shows; `append(steps)` concatenates the new steps'
 columns and sends them, with any layout change, as one Plotly.update (one message, one redraw;
-numeric arrays travel as binary buffers). `reset(steps)` rebuilds from a list of steps (after a rewind, a branch, a new session).
+numeric arrays travel as binary buffers). `reset(steps)` rebuilds from a list of steps (after a
+rewind, a branch, a new session).
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from explorer.trace import Step
 
 @functools.lru_cache(maxsize=64)
 def _spec(builder: Callable[..., go.Figure], args: tuple) -> dict:
-    return builder(*args).to_dict()
+    """builder(*args) as a dict, with the live views' axis settings (built once per process)."""
+    spec = builder(*args).to_dict()
+    for key, axis in spec.get("layout", {}).items():
+        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            # Live views skip plotly.js's tick-label measuring, the larger part of a Step's redraw in Chromium
+            # (profiled): automargin measures every label and draws the figure again when a margin changes;
+            # the default "hide past div" overflow check measures every label again (getBoundingClientRect).
+            axis.update(automargin=False, ticklabeloverflow="allow")
+    return spec
 
 
 def figure_widget(builder: Callable[..., go.Figure], *args) -> go.FigureWidget:
@@ -32,14 +41,7 @@ def figure_widget(builder: Callable[..., go.Figure], *args) -> go.FigureWidget:
         figure_widget_class,  # under `explorer app`: plotly's JS fetched once per page
     )
 
-    spec = deepcopy(_spec(builder, args))
-    for key, axis in spec.get("layout", {}).items():
-        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
-            # Live views skip plotly.js's tick-label measuring, the larger part of a Step's redraw in Chromium
-            # (profiled): automargin measures every label and draws the figure again when a margin changes;
-            # the default "hide past div" overflow check measures every label again (getBoundingClientRect).
-            axis.update(automargin=False, ticklabeloverflow="allow")
-    return figure_widget_class()(spec)
+    return figure_widget_class()(deepcopy(_spec(builder, args)))
 
 
 def refit(fig: go.FigureWidget) -> None:
