@@ -82,7 +82,8 @@ def test_figure_widget_loads_plotly_by_url_under_the_app(monkeypatch):
     monkeypatch.setenv(serve.WIDGET_JS_ENV, "/explorer/static/widgetbundle.js?v=1")
     fig = serve.figure_widget_class()(go.Figure(go.Bar(y=[1, 2])))
     assert isinstance(fig, go.FigureWidget) and list(fig.data[0].y) == [1, 2]
-    assert len(fig._esm) < 300 and "/explorer/static/widgetbundle.js?v=1" in fig._esm  # vs ~5 MB inline
+    assert len(fig._esm) < 5000 and '"/explorer/static/widgetbundle.js?v=1"' in fig._esm  # vs ~5 MB inline
+    assert "BUNDLE_URL" not in fig._esm
     assert len(go.FigureWidget()._esm) > 1_000_000
     assert serve.plotly_bundle().is_file()
 
@@ -117,6 +118,13 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
     assert not cull("handed-out")
     km._unclaimed_since["handed-out"] = long_ago  # the browser never came: reclaimed after the grace
     assert cull("handed-out")
+
+    add("started-cold")  # started for a page and rendered the notebook; the render ended 5 s ago
+    km._unclaimed_since["started-cold"] = long_ago  # (it was first seen long ago: the render was slow)
+    km._kernels["started-cold"].last_activity = serve.utcnow() - timedelta(seconds=5)
+    assert not cull("started-cold")  # the browser gets the grace from the end of the render
+    km._kernels["started-cold"].last_activity = serve.utcnow() - timedelta(seconds=61)
+    assert cull("started-cold")
 
     add("tab")
     km.notify_connect("tab")
@@ -378,6 +386,46 @@ def test_closed_tab_kernel_is_reclaimed_and_open_tab_kept(page, context, app):
     assert app.wait_kernels(1 + app.pool_size, timeout_s=60) == 1 + app.pool_size  # this tab + the pool
     strip = bs.strip_text(page)
     assert _step(page).startswith(strip)
+
+
+@pytest.mark.browser
+def test_charts_work_when_plotly_arrives_late(browser, app):
+    """anywidget gives a widget 2 s to start, then drops its messages for good: plotly's 5 MB bundle may
+    take longer (a busy server, a slow network). Hold the bundle back 4 s after the page is interactive,
+    Step meanwhile, then let it through: the charts must show that step and follow the next one."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    held = []
+    bs.answer_offline(ctx, app.url)
+    ctx.route("**/widgetbundle.js*", lambda route: held.append(route))  # the handler added last is asked first
+    try:
+        page, _ = bs.open_dashboard(ctx, app.url, timeout_s=120)
+        page.check(".ie-greedy input")
+        n_before = bs.token_count(page)
+        page.click(bs.STEP_READY)
+        page.wait_for_function("(n) => document.querySelectorAll('.ie-strip-text .ie-tok').length > n",
+                               arg=n_before, timeout=30000)
+        page.wait_for_timeout(4000)
+        assert held, "the page never asked for plotly's bundle"
+        assert page.locator(".ie-dist .bars path").count() == 0  # no chart can be drawn yet
+        for route in held:
+            route.continue_()
+        try:
+            page.wait_for_function("() => document.querySelectorAll('.ie-dist .bars path').length > 0",
+                                   timeout=60000)
+        except PlaywrightTimeout:
+            raise AssertionError("no bars in the distribution chart 60 s after plotly arrived") from None
+        bars = bs.bar_boxes(page)
+        assert bars, "the step taken before plotly arrived is not in the distribution chart"
+        assert n_before + 1 == bs.token_count(page)
+        before = bs.dist_signature(page)
+        timed = bs.click_and_time(page, "step", timeout_ms=30000)
+        assert timed["dist_ms"] is not None, f"the distribution chart did not follow the next step: {timed}"
+        assert bs.dist_signature(page) != before
+        page.close(run_before_unload=True)
+    finally:
+        ctx.close()
 
 
 # --- shared (classroom) mode ---------------------------------------------------------------------

@@ -130,10 +130,11 @@ def kernel_manager_class():
 
         Voila wraps this class with its preheating pool (which already protects pooled kernels). Added
         here: the idle clock of a kernel restarts when its last tab disconnects, and a kernel handed to a
-        page whose browser has not connected yet gets max(cull_idle_timeout, connect_grace) seconds from
-        that moment to connect (the stock culler reclaims a kernel that idled in the pool for longer than
-        the timeout in the seconds between the page request and the widget connection: the page
-        then never becomes interactive).
+        page whose browser has not connected yet gets max(cull_idle_timeout, connect_grace) seconds to
+        connect, counted from that moment or from its last activity (the notebook's render) if later.
+        The stock culler reclaims a kernel that idled in the pool for longer than the timeout in the
+        seconds between the page request and the widget connection, and one whose render took long on
+        a loaded machine: the page then never becomes interactive.
         """
 
         connect_grace = Integer(120, config=True,
@@ -158,7 +159,11 @@ def kernel_manager_class():
             if kernel_id not in self._kernels:
                 return None
             if kernel_id not in self._ever_connected:
-                since = self._unclaimed_since.setdefault(kernel_id, utcnow())
+                # the grace runs from the later of: first seen outside the pool, last kernel activity (a
+                # kernel started cold for a page renders the notebook first; on a loaded machine that
+                # alone can take longer than the grace, and the browser connects only after it)
+                first = self._unclaimed_since.setdefault(kernel_id, utcnow())
+                since = max(first, getattr(self._kernels[kernel_id], "last_activity", None) or first)
                 if utcnow() - since < timedelta(seconds=max(self.cull_idle_timeout, self.connect_grace)):
                     return None
             return await super().cull_kernel_if_idle(kernel_id)
@@ -176,10 +181,7 @@ def kernel_manager_class():
 
 WIDGET_JS_ROUTE = "explorer/static/"  # under the server's base URL; serves plotly's widgetbundle.js only
 WIDGET_JS_ENV = "EXPLORER_WIDGET_JS"  # set for the kernels: the bundle's path under the base URL
-_SHIM = """const url = new URL(%s, window.location.origin).href;
-const mod = await import(url);
-export default mod.default;
-"""
+LOADER_JS = Path(__file__).with_name("figure_loader.js")  # the FigureWidget `_esm` of an app kernel
 
 
 def plotly_bundle() -> Path:
@@ -190,11 +192,13 @@ def plotly_bundle() -> Path:
 
 
 def figure_widget_class():
-    """go.FigureWidget, or (in a kernel of `explorer app`) a subclass that ships a 100-byte loader instead.
+    """go.FigureWidget, or (in a kernel of `explorer app`) a subclass that ships a 3 kB loader instead.
 
     A stock FigureWidget sends plotly's 5 MB widget bundle inline with every figure (an anywidget
     `_esm`): 9 figures = 45 MB over the websocket and 9 module parses before the page is usable.
-    The loader imports the bundle by URL from this server, so the browser fetches and parses it once.
+    The loader (figure_loader.js) imports the bundle by URL from this server, so the browser fetches
+    and parses it once, and it is ready at once so anywidget's 2 s limit on a model's start cannot
+    freeze a chart when the bundle is slow to arrive (it replays the updates that came meanwhile).
     """
     import plotly.graph_objects as go
 
@@ -204,7 +208,7 @@ def figure_widget_class():
     global _LINKED
     if _LINKED is None or _LINKED._explorer_path != path:
         _LINKED = type("FigureWidget", (go.FigureWidget,),
-                       {"_esm": _SHIM % json.dumps(path), "_explorer_path": path, "__module__": __name__})
+                       {"_esm": LOADER_JS.read_text().replace("BUNDLE_URL", json.dumps(path)), "_explorer_path": path, "__module__": __name__})
     return _LINKED
 
 
