@@ -168,11 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"time to interactive: {seconds:.2f} s", flush=True)
             out["time_to_interactive_s"] = summary(tti)
             server.wait_pool()  # the refill kernel has started up: it no longer competes for the CPU
-            # The bundled models end a document with <|endoftext|> every few dozen tokens: run past it,
-            # so Play and the long runs measure steps, not stops (a new session starts at step 0).
-            page.uncheck(".ie-stop-eos input")
-            page.wait_for_function("() => document.querySelector('.ie-message').innerText.includes('end-of-text')",
-                                   timeout=60000)
+            # Run past <|endoftext|>, so Play and the long runs measure steps, not stops.
+            page.uncheck(bs.STOP_EOS)
+            page.wait_for_function(bs.EOS_OFF_JS, timeout=60000)
             new_session(page, None, 0)  # 0 = no token limit but the model's positions (512)
             step_n(page, 10)
             out["step_at_10"] = timed_clicks(page, args.clicks)

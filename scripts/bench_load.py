@@ -1,6 +1,7 @@
 """Load benchmark (a report, not a test): N concurrent browser sessions against one `explorer app`.
 
-    python scripts/bench_load.py [--sessions 8] [--steps 20] [--pool-size 1] [--cull-idle-timeout 10] [--json FILE]
+    python scripts/bench_load.py [--sessions 8] [--steps 20] [--pool-size 1] [--cull-idle-timeout 10]
+                                 [--stagger S] [--json FILE]
 
 Each session is its own browser context (own cookies, own kernel) in one Debian chromium; all of them
 open the dashboard at once and then click Step `--steps` times, each click timed on the page's clock
@@ -31,6 +32,14 @@ import browser_support as bs  # noqa: E402
 MB = 1024 * 1024
 
 
+T_START = time.perf_counter()
+
+
+def progress(text: str) -> None:
+    """One line on stderr as the run goes (a long run on a small machine should not look hung)."""
+    print(f"[{time.perf_counter() - T_START:7.1f} s] {text}", file=sys.stderr, flush=True)
+
+
 def pct(values: list[float], q: float) -> float | None:
     xs = sorted(values)
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))] if xs else None
@@ -44,18 +53,21 @@ class MemorySampler(threading.Thread):
         self.server, self.every = server, every
         self.peak = {"rss": 0, "pss": 0, "uss": 0, "processes": 0}
         self.samples = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             m = self.server.memory()
             for k in self.peak:
                 self.peak[k] = max(self.peak[k], m.get(k, 0))
             self.samples += 1
-            self._stop.wait(self.every)
+            if self.samples % 15 == 0:
+                progress(f"server + {m.get('processes', 1) - 1} child processes: {m.get('pss', 0) / MB:.0f} MB PSS, "
+                         f"load average {os.getloadavg()[0]:.1f}")
+            self._halt.wait(self.every)
 
     def stop(self) -> dict:
-        self._stop.set()
+        self._halt.set()
         self.join()
         return self.peak
 
@@ -71,8 +83,10 @@ WAIT_QUIET_JS = """async () => {
 }"""
 
 
-async def session(browser, url: str, steps: int, index: int) -> dict:
+async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.0,
+                  shots: str | None = None) -> dict:
     out = {"session": index, "latencies_ms": [], "failures": [], "tti_s": None}
+    await asyncio.sleep(delay_s)
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
 
     async def route(r):
@@ -83,15 +97,30 @@ async def session(browser, url: str, steps: int, index: int) -> dict:
 
     await ctx.route("**/*", route)
     page = await ctx.new_page()
+    out["console_errors"] = []
+    page.on("console", lambda m: m.type == "error" and out["console_errors"].append(m.text[:300]))
+    page.on("pageerror", lambda e: out["console_errors"].append(f"page error: {str(e)[:300]}"))
     try:
         t0 = time.perf_counter()
         await page.goto(url, wait_until="commit", timeout=300_000)
         await page.wait_for_selector(bs.STEP_READY, timeout=300_000)
         out["tti_s"] = time.perf_counter() - t0
-        for _ in range(steps):
+        progress(f"session {index}: interactive after {out['tti_s']:.1f} s")
+        await page.uncheck(bs.STOP_EOS)  # run past <|endoftext|>: 20 steps, not a stop
+        await page.wait_for_function(bs.EOS_OFF_JS, timeout=120_000)
+        await page.wait_for_selector(bs.STEP_READY, timeout=120_000)
+        for i in range(steps):
             r = bs.timed_result(await page.evaluate(bs.TIMED_CLICK_JS, ["step", 60_000]))
             if r["both_ms"] is None:
-                out["failures"].append(f"no strip/distribution change within 60 s: {r}")
+                seen = await page.evaluate("""() => { const d = document.querySelector('.ie-dist');
+                    return d ? {svg: d.querySelectorAll('svg').length, bars: d.querySelectorAll('.bars path').length,
+                                html: d.innerHTML.length} : null; }""")
+                out["failures"].append(f"no strip/distribution change within 60 s: {r}; distribution view: {seen}")
+                progress(f"session {index}: step {i + 1}: {out['failures'][-1]}")
+                for line in out["console_errors"][-5:]:
+                    progress(f"session {index}: console: {line}")
+                if shots:
+                    await page.screenshot(path=str(Path(shots) / f"session{index}-step{i + 1}.png"))
             else:
                 out["latencies_ms"].append(r["both_ms"])
             await page.evaluate(WAIT_QUIET_JS)
@@ -99,18 +128,24 @@ async def session(browser, url: str, steps: int, index: int) -> dict:
             message = (await page.inner_text(".ie-message")).lower()
             if "error" in message or "failed" in message:
                 out["failures"].append(f"message: {message[:200]}")
+            if (i + 1) % 5 == 0:
+                lat = out["latencies_ms"]
+                progress(f"session {index}: {i + 1}/{steps} steps, median so far "
+                         f"{statistics.median(lat) if lat else float('nan'):.0f} ms")
     except Exception as err:  # a page that broke is a failure, reported with the others
         out["failures"].append(f"{type(err).__name__}: {str(err)[:300]}")
+        progress(f"session {index}: failed: {out['failures'][-1]}")
     out["page"], out["context"] = page, ctx
     return out
 
 
-async def run_sessions(url: str, sessions: int, steps: int) -> list[dict]:
+async def run_sessions(url: str, sessions: int, steps: int, stagger_s: float = 0.0,
+                       shots: str | None = None) -> list[dict]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=bs.chromium_path(), args=bs.CHROMIUM_ARGS)
-        results = await asyncio.gather(*(session(browser, url, steps, i) for i in range(sessions)))
+        results = await asyncio.gather(*(session(browser, url, steps, i, i * stagger_s, shots) for i in range(sessions)))
         for r in results:  # close every tab the way a person does (beforeunload runs)
             await r.pop("page").close(run_before_unload=True)
             await r.pop("context").close()
@@ -124,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--pool-size", type=int, default=1)
     ap.add_argument("--cull-idle-timeout", type=int, default=10)
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="seconds between one session opening the page and the next (default 0: all at once)")
+    ap.add_argument("--shots", default=None, help="folder for a screenshot of each failed step")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     reason = bs.browser_unavailable()
@@ -132,18 +170,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     out: dict = {"sessions": args.sessions, "steps": args.steps, "pool_size": args.pool_size,
-                 "cull_idle_timeout_s": args.cull_idle_timeout, "cpus": os.cpu_count(),
+                 "cull_idle_timeout_s": args.cull_idle_timeout, "stagger_s": args.stagger, "cpus": os.cpu_count(),
                  "load_average_start": os.getloadavg()}
     server = bs.AppServer(pool_size=args.pool_size, cull_idle_timeout=args.cull_idle_timeout)
     server.start()
+    progress(f"explorer app up at {server.url} with {len(server.kernels())} preheated kernel(s)")
     out["idle_memory_mb"] = {k: v / MB for k, v in server.memory().items() if k != "processes"}
     sampler = MemorySampler(server)
     sampler.start()
     try:
         t0 = time.perf_counter()
-        results = asyncio.run(run_sessions(server.url, args.sessions, args.steps))
+        results = asyncio.run(run_sessions(server.url, args.sessions, args.steps, args.stagger, args.shots))
         out["wall_s"] = time.perf_counter() - t0
         out["kernels_when_tabs_closed"] = len(server.kernels())
+        progress(f"all tabs closed; {out['kernels_when_tabs_closed']} kernels alive; waiting for culling")
         t1 = time.perf_counter()
         deadline = args.cull_idle_timeout + 60 + 30 * args.pool_size  # culling, then the pool's own refill
         alive = server.wait_kernels(args.pool_size, timeout_s=deadline)

@@ -29,6 +29,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-dev-shm-usage", "--disable-crash-reporter", "--disable-breakpad"]
 HOME_VARS = ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR")
 STEP_READY = "button.ie-step:not([disabled])"
+# The bundled models end a document with <|endoftext|> every few dozen tokens, and a stopped session
+# disables Step. Benchmarks untick "stop at end-of-text" (a new session starts) and wait for its message:
+STOP_EOS = ".ie-stop-eos input"
+EOS_OFF_JS = "() => document.querySelector('.ie-message').innerText.includes('end-of-text')"
 
 
 # --- the browser ---------------------------------------------------------------------------------
