@@ -135,6 +135,10 @@ async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.
     except Exception as err:  # a page that broke is a failure, reported with the others
         out["failures"].append(f"{type(err).__name__}: {str(err)[:300]}")
         progress(f"session {index}: failed: {out['failures'][-1]}")
+        for line in out["console_errors"][-5:]:
+            progress(f"session {index}: console: {line}")
+        if shots:
+            await page.screenshot(path=str(Path(shots) / f"session{index}-failed.png"))
     out["page"], out["context"] = page, ctx
     return out
 
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         lat = r["latencies_ms"]
         per.append({"session": r["session"], "tti_s": r["tti_s"], "steps_ok": len(lat),
                     "median_ms": statistics.median(lat) if lat else None, "p95_ms": pct(lat, 0.95),
-                    "failures": r["failures"]})
+                    "failures": r["failures"], "console_errors": r["console_errors"]})
     everything = [x for r in results for x in r["latencies_ms"]]
     out["per_session"] = per
     out["all_steps"] = {"n": len(everything), "median_ms": statistics.median(everything) if everything else None,
