@@ -1,6 +1,7 @@
 # Inference Explorer: two commands do all the set-up.
 #   make app    installs into .venv if needed, then serves the Voila dashboard
 #   make test   installs into .venv if needed, then runs the whole test suite
+#   make lab    (optional) adds JupyterLab to .venv if needed, then opens notebooks/ in it
 # GPU users: name your own torch build, e.g.
 #   make setup TORCH="torch --index-url <the CUDA wheel index that pytorch.org's selector gives>"
 PYTHON ?= python3
@@ -8,10 +9,11 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 PORT   ?= 8866
 APP_ARGS ?=
+LAB_ARGS ?=
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup browser test app lint bench screenshot clean-venv
+.PHONY: setup browser test app lab lint bench screenshot clean-venv
 
 setup: $(STAMP)
 
@@ -33,6 +35,11 @@ test: setup browser
 # make app APP_ARGS="--shared --models-config models.json --pool-size 2" for a classroom server
 app: setup
 	$(BIN)/explorer app --port $(PORT) $(APP_ARGS)
+
+# The numbered notebooks (and `Dashboard()`) in JupyterLab; not needed by the app or the tests.
+lab: setup
+	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/python -m pip install --quiet -e ".[test,lab]"
+	$(BIN)/jupyter lab notebooks/ $(LAB_ARGS)
 
 # Benchmarks print ratios measured side by side in one run (never asserted by timed tests).
 # About 10 minutes on a 2-core CPU.

@@ -16,7 +16,8 @@ def _norm(req: str) -> str:
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {_norm(r) for r in project["dependencies"] + project["optional-dependencies"]["test"]}
+    extras = project["optional-dependencies"]
+    wanted = {_norm(r) for r in project["dependencies"] + extras["test"] + extras["lab"]}
     lines = (ROOT / "environment.yml").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == "- pip:")
     pip_deps = {_norm(line.strip()[2:]) for line in lines[start + 1:] if line.strip().startswith("- ")}
