@@ -174,7 +174,8 @@ def strip_figure(color_by: str = "prob", *, height: int = 150) -> go.Figure:
               go.Scatter(name="scale", x=[None, None], y=[None, None], mode="markers", hoverinfo="skip",
                          marker=dict(coloraxis="coloraxis", color=[lo, hi]), showlegend=False)],
         layout=_layout(height=height, margin=dict(l=10, r=10, t=30, b=30),
-                    title=dict(text=_strip_title(color_by), font=dict(size=12)),
+                    # left-aligned: in a narrow column (JupyterLab) the end is cut, not both ends
+                    title=dict(text=_strip_title(color_by), font=dict(size=12), x=0, xanchor="left", xref="paper"),
                     coloraxis=dict(colorscale=name, cmin=lo, cmax=hi, colorbar=dict(title=title, thickness=10)),
                     bargap=0.04, clickmode="event",
                     yaxis=dict(visible=False, range=[0, 1], fixedrange=True),
@@ -202,8 +203,8 @@ def _check_color_by(color_by: str) -> None:
 
 
 def _strip_title(color_by: str) -> str:
-    what = "final probability of the chosen token" if color_by == "prob" else "entropy of the final distribution"
-    return f"Tokens, coloured by {what}  ·  outlined: prefill  ·  hatched: forced  ·  click a token to inspect it"
+    what = "p final of the chosen token" if color_by == "prob" else "entropy of the final distribution"
+    return f"Colour: {what}  ·  outlined: prefill  ·  hatched: forced  ·  click a cell to inspect it"
 
 
 def strip_columns(steps: Sequence[Step], color_by: str = "prob") -> Columns:
@@ -251,8 +252,8 @@ def distribution_figure(titled: bool = True, *, height: int = 360) -> go.Figure:
     plotly title that changes every step costs ~12 ms of text layout per redraw in the browser).
     """
     fig = make_subplots(rows=1, cols=3, column_widths=[0.52, 0.22, 0.26], horizontal_spacing=0.07,
-                        subplot_titles=("top-n: raw (grey) vs final (blue) probability · click a bar to branch",
-                                        "stages: mass and tokens kept", "the draw on the final CDF"))
+                        # short: each title must fit its panel in a narrow column (JupyterLab)
+                        subplot_titles=("top-n: raw (grey), final (blue)", "stages: mass kept", "draw vs final CDF"))
     fig.add_trace(go.Bar(name="raw", x=[], y=[], customdata=[], hovertext=[], hoverinfo="text",
                          marker=dict(color="#b0b0b0"), showlegend=False), row=1, col=1)
     fig.add_trace(go.Bar(name="final", x=[], y=[], customdata=[], hovertext=[], hoverinfo="text",

@@ -172,6 +172,7 @@ class Distribution:
     """
 
     EMPTY = "Next-token distribution (press Step)"
+    HINT = "click a bar to choose that token here (branch)"
 
     def __init__(self):
         self.fig = figure_widget(plots.distribution_figure, False)
@@ -189,7 +190,7 @@ class Distribution:
             plots.replace(self.fig, cols)
             self.title.value = self._title_html(self.EMPTY)
             return
-        self.title.value = self._title_html(plots.distribution_title(step))
+        self.title.value = self._title_html(plots.distribution_title(step), self.HINT)
         plots.replace(self.fig, plots.distribution_columns(step, top_n), plots.distribution_labels(step, top_n, False))
 
     def figure(self) -> go.Figure:
@@ -202,5 +203,6 @@ class Distribution:
         return int(final.customdata[point_index])
 
     @staticmethod
-    def _title_html(text: str) -> str:
-        return f'<div style="font-size:15px;padding:4px 0 0 8px;color:#222">{html.escape(text)}</div>'
+    def _title_html(text: str, hint: str = "") -> str:
+        hint = f' <span style="font-size:12px;color:#777">· {html.escape(hint)}</span>' if hint else ""
+        return f'<div style="font-size:15px;padding:4px 0 0 8px;color:#222">{html.escape(text)}{hint}</div>'
