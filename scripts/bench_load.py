@@ -100,6 +100,16 @@ async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.
     out["console_errors"] = []
     page.on("console", lambda m: m.type == "error" and out["console_errors"].append(m.text[:300]))
     page.on("pageerror", lambda e: out["console_errors"].append(f"page error: {str(e)[:300]}"))
+
+    async def fail(text: str, shot: str) -> None:
+        """Record a failure; say it, with the page's last console errors; screenshot the page (--shots)."""
+        out["failures"].append(text)
+        progress(f"session {index}: {shot}: {text}")
+        for line in out["console_errors"][-5:]:
+            progress(f"session {index}: console: {line}")
+        if shots:
+            await page.screenshot(path=str(Path(shots) / f"session{index}-{shot}.png"))
+
     try:
         t0 = time.perf_counter()
         await page.goto(url, wait_until="commit", timeout=300_000)
@@ -115,30 +125,20 @@ async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.
                 seen = await page.evaluate("""() => { const d = document.querySelector('.ie-dist');
                     return d ? {svg: d.querySelectorAll('svg').length, bars: d.querySelectorAll('.bars path').length,
                                 html: d.innerHTML.length} : null; }""")
-                out["failures"].append(f"no strip/distribution change within 60 s: {r}; distribution view: {seen}")
-                progress(f"session {index}: step {i + 1}: {out['failures'][-1]}")
-                for line in out["console_errors"][-5:]:
-                    progress(f"session {index}: console: {line}")
-                if shots:
-                    await page.screenshot(path=str(Path(shots) / f"session{index}-step{i + 1}.png"))
+                await fail(f"no strip/distribution change within 60 s: {r}; distribution view: {seen}", f"step{i + 1}")
             else:
                 out["latencies_ms"].append(r["both_ms"])
             await page.evaluate(WAIT_QUIET_JS)
             await page.wait_for_selector(bs.STEP_READY, timeout=60_000)
             message = (await page.inner_text(".ie-message")).lower()
             if "error" in message or "failed" in message:
-                out["failures"].append(f"message: {message[:200]}")
+                await fail(f"message: {message[:200]}", f"step{i + 1}-message")
             if (i + 1) % 5 == 0:
                 lat = out["latencies_ms"]
                 progress(f"session {index}: {i + 1}/{steps} steps, median so far "
                          f"{statistics.median(lat) if lat else float('nan'):.0f} ms")
     except Exception as err:  # a page that broke is a failure, reported with the others
-        out["failures"].append(f"{type(err).__name__}: {str(err)[:300]}")
-        progress(f"session {index}: failed: {out['failures'][-1]}")
-        for line in out["console_errors"][-5:]:
-            progress(f"session {index}: console: {line}")
-        if shots:
-            await page.screenshot(path=str(Path(shots) / f"session{index}-failed.png"))
+        await fail(f"{type(err).__name__}: {str(err)[:300]}", "failed")
     out["page"], out["context"] = page, ctx
     return out
 
