@@ -207,8 +207,9 @@ def figure_widget_class():
         return go.FigureWidget
     global _LINKED
     if _LINKED is None or _LINKED._explorer_path != path:
+        esm = LOADER_JS.read_text().replace("BUNDLE_URL", json.dumps(path))
         _LINKED = type("FigureWidget", (go.FigureWidget,),
-                       {"_esm": LOADER_JS.read_text().replace("BUNDLE_URL", json.dumps(path)), "_explorer_path": path, "__module__": __name__})
+                       {"_esm": esm, "_explorer_path": path, "__module__": __name__})
     return _LINKED
 
 
