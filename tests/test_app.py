@@ -688,3 +688,25 @@ def test_missing_bundled_models_fall_back_to_an_architecture_shape(tiny, monkeyp
     assert "bundled model files are missing" in message(d) and f"Showing {dashboard_module.FALLBACK_MODEL}" in message(d)
     with pytest.raises(ModelNotFoundError):  # a model asked for by name is never swapped silently
         Dashboard(model="bundled:target", measure_peaks=False)
+
+
+def test_liveness_beats_until_closed(monkeypatch):
+    from explorer.app.liveness import Liveness
+
+    with pytest.raises(ValueError, match="period_s"):
+        Liveness(period_s=5, timeout_s=1)
+    assert Liveness()._thread is None  # outside a kernel nobody listens: no thread
+    sent = []
+    monkeypatch.setattr(Liveness, "send", lambda self, msg: sent.append(msg))
+    live = Liveness(period_s=0.02, timeout_s=1, beat=True)
+    assert "1 s" in live.text and "reload the page" in live.text
+    deadline = time.perf_counter() + 5
+    while len(sent) < 3 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert [m["beat"] for m in sent[:3]] == [0, 1, 2]
+    live.close()
+    live._thread.join(timeout=2)
+    assert not live._thread.is_alive()
+    n = len(sent)
+    time.sleep(0.1)
+    assert len(sent) == n

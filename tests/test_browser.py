@@ -428,6 +428,27 @@ def test_charts_work_when_plotly_arrives_late(browser, app):
         ctx.close()
 
 
+@pytest.mark.browser
+def test_a_page_whose_kernel_died_says_so(browser, app, page):
+    """A kernel killed under a page (the OOM killer, a crash) must not leave a page that looks alive."""
+    lost = ".ie-lost"
+    assert not page.locator(lost).is_visible()  # the long-lived page: beats heard all along, no banner
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    bs.answer_offline(ctx, app.url)
+    try:
+        doomed, _ = bs.open_dashboard(ctx, app.url, timeout_s=120)
+        kernel = _kernel_process(app, _kernel_id(doomed))
+        doomed.wait_for_timeout(7000)  # a beat (every 5 s) reaches the page
+        assert not doomed.locator(lost).is_visible()
+        kernel.kill()  # SIGKILL, as the OOM killer does
+        doomed.wait_for_selector(lost, state="visible", timeout=60000)
+        text = doomed.inner_text(lost)
+        assert "lost its session" in text and "reload the page" in text, text
+        doomed.close(run_before_unload=True)
+    finally:
+        ctx.close()
+
+
 # --- shared (classroom) mode ---------------------------------------------------------------------
 
 

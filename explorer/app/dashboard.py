@@ -28,6 +28,7 @@ from explorer import plots
 from explorer.app import controls as C
 from explorer.app.export import download_link, trace_csv, trace_json
 from explorer.app.guard import Guard, on_engine_thread
+from explorer.app.liveness import Liveness
 from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, refit, resync
 from explorer.loading import LoadedModel, ModelNotFoundError, available_models, load
 from explorer.sampling import Sampling
@@ -109,6 +110,7 @@ class Dashboard:
     def _build_widgets(self, sampling: Sampling) -> None:
         self.message = W.HTML(value="", layout=W.Layout(width="100%"))
         self.message.add_class("ie-message")
+        self.liveness = Liveness()  # a banner if the kernel behind the page goes quiet (killed, culled)
         self.guard = Guard(self.message, on_finish=self._refresh_controls)
         self.sampling_parts = C.sampling_controls(sampling)
         self.run_parts = C.session_controls(self._model_names(), self.run_settings, free_text=not self.shared)
@@ -183,11 +185,13 @@ class Dashboard:
         bar = W.HBox([bp["step"], bp["play"], bp["pause"], bp["rewind"], bp["reset"], self.step_count,
                       self.color_toggle, self.inspect], layout=W.Layout(align_items="center", flex_flow="row wrap"))
         main = W.VBox([bar, self.strip_box, self.dist.widget], layout=W.Layout(flex="1 1 auto", min_width="0"))
-        self.widget = W.VBox([self.message, W.HBox([side, main], layout=W.Layout(width="100%")), self.tabs],
+        self.widget = W.VBox([self.liveness, self.message, W.HBox([side, main], layout=W.Layout(width="100%")),
+                              self.tabs],
                              layout=W.Layout(width="100%"))
         self.widget.add_class("ie-dashboard")
         self.parts: dict[str, W.Widget] = {
             **self.run_parts, **self.sampling_parts, **self.button_parts, "message": self.message,
+            "liveness": self.liveness,
             "strip": self.strip_box, "strip-text": self.strip_text.widget, "strip-chart": self.strip.fig,
             "step-count": self.step_count, "color-by": self.color_toggle, "inspect": self.inspect,
             "dist": self.dist.fig, "dist-title": self.dist.title, "latency": self.latency.fig, "traffic": self.traffic.fig,
