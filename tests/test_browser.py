@@ -37,7 +37,8 @@ def test_config_validates_and_builds_the_voila_command(tmp_path):
     for flag in ("--port=9999", "--Voila.ip=127.0.0.1", "--Voila.port_retries=0", "--preheat_kernel=True",
                  "--pool_size=2", "--MappingKernelManager.cull_idle_timeout=60",
                  "--MappingKernelManager.cull_interval=15", "--MappingKernelManager.cull_connected=False",
-                 "--VoilaConfiguration.multi_kernel_manager_class=__main__.ExplorerKernelManager"):
+                 "--VoilaConfiguration.multi_kernel_manager_class=__main__.ExplorerKernelManager",
+                 f"--VoilaExecutor.iopub_timeout={serve.IOPUB_TIMEOUT_S}"):
         assert flag in cmd
     assert "--preheat_kernel=False" in serve.voila_command(serve.AppConfig(pool_size=0), notebook=tmp_path)
     assert serve.AppConfig(threads=0).threads == max(1, (os.cpu_count() or 2) - 1)
@@ -125,6 +126,18 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
     assert not cull("started-cold")  # the browser gets the grace from the end of the render
     km._kernels["started-cold"].last_activity = serve.utcnow() - timedelta(seconds=61)
     assert cull("started-cold")
+
+    class Starting(SimpleNamespace):  # just started: jupyter_server has not stamped last_activity yet
+        @property
+        def last_activity(self):
+            from traitlets import TraitError
+
+            raise TraitError("The 'last_activity' trait ... expected a datetime, not the NoneType None.")
+
+    km._kernels["starting"] = Starting(execution_state="starting", kernel_name="python3",
+                                       kernel_spec=SimpleNamespace(metadata={}))
+    km._kernel_connections["starting"] = 0
+    assert not cull("starting")  # no error, and the grace runs from now
 
     add("tab")
     km.notify_connect("tab")

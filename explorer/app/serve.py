@@ -163,7 +163,7 @@ def kernel_manager_class():
                 # kernel started cold for a page renders the notebook first; on a loaded machine that
                 # alone can take longer than the grace, and the browser connects only after it)
                 first = self._unclaimed_since.setdefault(kernel_id, utcnow())
-                since = max(first, getattr(self._kernels[kernel_id], "last_activity", None) or first)
+                since = max(first, _last_activity(self._kernels[kernel_id]) or first)
                 if utcnow() - since < timedelta(seconds=max(self.cull_idle_timeout, self.connect_grace)):
                     return None
             return await super().cull_kernel_if_idle(kernel_id)
@@ -175,6 +175,16 @@ def kernel_manager_class():
 
     _KM = ExplorerKernelManager
     return _KM
+
+
+def _last_activity(kernel) -> datetime | None:
+    """kernel.last_activity, or None before it is set (reading the unset trait raises TraitError)."""
+    from traitlets import TraitError
+
+    try:
+        return getattr(kernel, "last_activity", None)
+    except TraitError:
+        return None
 
 
 # --- plotly's widget code, fetched once per page -------------------------------------------------
@@ -233,6 +243,9 @@ def dashboard_notebook() -> Path:
     return path
 
 
+IOPUB_TIMEOUT_S = 120  # seconds Voila waits for a cell's output once the cell has finished
+
+
 def voila_command(config: AppConfig, notebook: Path | None = None) -> list[str]:
     """The Voila command line for `config` (run it with kernel_env(config) in the environment)."""
     nb = notebook or config.notebook or dashboard_notebook()
@@ -243,6 +256,10 @@ def voila_command(config: AppConfig, notebook: Path | None = None) -> list[str]:
            "--VoilaConfiguration.multi_kernel_manager_class=__main__.ExplorerKernelManager",
            f"--{km}.cull_idle_timeout={config.cull_idle_timeout}", f"--{km}.cull_interval={config.cull_interval}",
            f"--{km}.cull_connected=False", f"--{km}.cull_busy=False",
+           # nbclient's default 4 s wait for a cell's output after its reply: on a loaded server
+           # (8 pages at once on 2 cores) the dashboard's display came later, the page was served
+           # without it and stayed blank ("Timeout waiting for IOPub output")
+           f"--VoilaExecutor.iopub_timeout={IOPUB_TIMEOUT_S}",
            f"--VoilaConfiguration.show_tracebacks={not config.shared}"]
     if config.pool_size > 0:
         cmd += ["--preheat_kernel=True", f"--pool_size={config.pool_size}",
