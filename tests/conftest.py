@@ -40,3 +40,22 @@ def tiny_arch():
     from explorer import load
 
     return load("arch:smollm2-135m")
+
+
+# --- notebook run times, always in the log ---------------------------------------------------------
+# tests/test_notebooks.py records each notebook's phases and slowest cells as the property "timing".
+# Printed after every run (not only with -s): an intermittent multi-minute wait in one notebook has
+# been seen only inside the full suite, and these lines say where the time went when it recurs.
+_TIMINGS: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _TIMINGS.extend(value for key, value in report.user_properties if key == "timing")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _TIMINGS:
+        terminalreporter.section("notebook run times")
+        for line in _TIMINGS:
+            terminalreporter.write_line(line)

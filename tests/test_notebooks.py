@@ -270,5 +270,7 @@ def test_notebook_runs_and_teaches(path: Path, record_property):
     record_property("seconds", round(seconds, 1))
     phases = ran.metadata["explorer_phases"]
     slowest = sorted(ran.metadata["explorer_cell_seconds"].items(), key=lambda kv: -kv[1][1])[:3]
-    print(f"{path.name}: {seconds:.1f} s; {phases}; slowest cells (index: [send, reply] s): {dict(slowest)}")
+    timing = f"{path.name}: {seconds:.1f} s; {phases}; slowest cells (index: [send, reply] s): {dict(slowest)}"
+    record_property("timing", timing)  # printed at the end of every run (tests/conftest.py)
+    print(timing)
     CHECKS[path.name[:2]](facts)
