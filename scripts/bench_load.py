@@ -72,17 +72,6 @@ class MemorySampler(threading.Thread):
         return self.peak
 
 
-WAIT_QUIET_JS = """async () => {
-    let last = performance.now();
-    const obs = new MutationObserver(() => { last = performance.now(); });
-    for (const sel of ['.ie-strip-text', '.ie-dist', '.ie-step-count'])
-        obs.observe(document.querySelector(sel), {subtree: true, childList: true, characterData: true, attributes: true});
-    const t0 = performance.now();
-    while (performance.now() - last < 150 && performance.now() - t0 < 30000) await new Promise(r => setTimeout(r, 20));
-    obs.disconnect();
-}"""
-
-
 async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.0,
                   shots: str | None = None) -> dict:
     out = {"session": index, "latencies_ms": [], "failures": [], "tti_s": None}
@@ -128,7 +117,7 @@ async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.
                 await fail(f"no strip/distribution change within 60 s: {r}; distribution view: {seen}", f"step{i + 1}")
             else:
                 out["latencies_ms"].append(r["both_ms"])
-            await page.evaluate(WAIT_QUIET_JS)
+            await page.evaluate(bs.WAIT_QUIET_JS, [150, 30_000])
             await page.wait_for_selector(bs.STEP_READY, timeout=60_000)
             message = (await page.inner_text(".ie-message")).lower()
             if "error" in message or "failed" in message:

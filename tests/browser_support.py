@@ -178,21 +178,25 @@ def click_and_time(page, button: str = "step", timeout_ms: float = 10000) -> dic
     return timed_result(page.evaluate(TIMED_CLICK_JS, [button, timeout_ms]))
 
 
+# Resolves once the strip and the distribution have not changed for `settle` ms (or after `timeout` ms).
+WAIT_QUIET_JS = """async ([settle, timeout]) => {
+    let last = performance.now();
+    const obs = new MutationObserver(() => { last = performance.now(); });
+    for (const sel of ['.ie-strip-text', '.ie-dist', '.ie-step-count']) {
+        const el = document.querySelector(sel); if (el) obs.observe(el, {subtree: true, childList: true,
+            characterData: true, attributes: true});
+    }
+    const t0 = performance.now();
+    while (performance.now() - last < settle && performance.now() - t0 < timeout) {
+        await new Promise(r => setTimeout(r, 20));
+    }
+    obs.disconnect();
+}"""
+
+
 def wait_quiet(page, settle_ms: int = 150, timeout_ms: int = 10000) -> None:
     """Wait until the strip and the distribution have not changed for settle_ms (the step's redraw finished)."""
-    page.evaluate("""async ([settle, timeout]) => {
-        let last = performance.now();
-        const obs = new MutationObserver(() => { last = performance.now(); });
-        for (const sel of ['.ie-strip-text', '.ie-dist', '.ie-step-count']) {
-            const el = document.querySelector(sel); if (el) obs.observe(el, {subtree: true, childList: true,
-                characterData: true, attributes: true});
-        }
-        const t0 = performance.now();
-        while (performance.now() - last < settle && performance.now() - t0 < timeout) {
-            await new Promise(r => setTimeout(r, 20));
-        }
-        obs.disconnect();
-    }""", [settle_ms, timeout_ms])
+    page.evaluate(WAIT_QUIET_JS, [settle_ms, timeout_ms])
 
 
 def set_value(page, name: str, value: str) -> None:
