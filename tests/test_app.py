@@ -700,6 +700,9 @@ def test_liveness_beats_until_closed(monkeypatch):
     monkeypatch.setattr(Liveness, "send", lambda self, msg: sent.append(msg))
     live = Liveness(period_s=0.02, timeout_s=1, beat=True)
     assert "1 s" in live.text and "reload the page" in live.text
+    time.sleep(0.1)
+    assert sent == []  # no page has pinged: quiet, so a closed tab's kernel can be culled
+    live._on_ping(live, {"ping": 1}, [])
     deadline = time.perf_counter() + 5
     while len(sent) < 3 and time.perf_counter() < deadline:
         time.sleep(0.01)
