@@ -12,6 +12,9 @@ Knobs (environment variables):
     EXPLORER_NOTEBOOK_TIMEOUT  seconds allowed per cell (default 300).
     EXPLORER_NOTEBOOK_THREADS  OMP/MKL threads for the kernel (default 1). On a shared CPU, torch's
                                default of one thread per core oversubscribes and runs ~10x slower.
+    EXPLORER_NOTEBOOK_BUSY     N: run N busy-loop processes beside every notebook (default 0). With 2
+                               on a 2-core machine this reproduced the missed-reply wait on demand
+                               (tests/notebook_runner.py); the timing line then shows max reply lag.
 """
 
 from __future__ import annotations
@@ -64,10 +67,13 @@ def _needs_bundled(nb, overrides: dict) -> bool:
 def execute(path: Path) -> tuple[dict, float, object]:
     """Run the notebook in a fresh kernel (raises on any cell error); return (facts, seconds, notebook).
 
+    tests/notebook_runner.py says why this is not plain nbclient (a missed wake-up made cells wait
+    out their whole timeout, then pass); a cell that really hangs raises NotebookCellTimeout.
+
     The notebook's metadata gets "explorer_cell_seconds": {cell index: [seconds to send, seconds to the
     reply]} and "explorer_phases" (kernel start, cells, shutdown), to tell a slow cell from a slow kernel.
     """
-    from nbclient import NotebookClient
+    from notebook_runner import NotebookRunner
 
     nb = nbformat.read(path, as_version=4)
     overrides = _overrides(path.stem)
@@ -83,8 +89,9 @@ def execute(path: Path) -> tuple[dict, float, object]:
         "TOKENIZERS_PARALLELISM": "false",
         "PLOTLY_RENDERER": "plotly_mimetype",
     }
-    client = NotebookClient(
+    client = NotebookRunner(
         nb,
+        name=path.name,
         timeout=int(os.environ.get("EXPLORER_NOTEBOOK_TIMEOUT", "300")),
         kernel_name="python3",
         allow_errors=False,
@@ -111,6 +118,8 @@ def execute(path: Path) -> tuple[dict, float, object]:
         nb.metadata["explorer_phases"] = {"kernel_start": round(marks.get("kernel_ready", t0) - t0, 2),
                                           "cells": round(last - marks.get("kernel_ready", t0), 2),
                                           "shutdown": round(marks.get("shut_down", now()) - last, 2)}
+        lags = [lag for lag in client.reply_lags.values() if lag is not None]
+        nb.metadata["explorer_max_reply_lag_s"] = round(max(lags), 3) if lags else None
     return read_facts(nb), now() - t0, nb
 
 
@@ -256,13 +265,29 @@ def test_notebook_structure(path: Path):
     assert "import explorer" in sources
 
 
+@pytest.fixture
+def busy_loops():
+    """EXPLORER_NOTEBOOK_BUSY busy-loop processes for the length of one test (the load that reproduced the wait)."""
+    import subprocess
+    import sys
+
+    n = int(os.environ.get("EXPLORER_NOTEBOOK_BUSY", "0") or 0)
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield n
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 # --- execution --------------------------------------------------------------------------------------
 
 
 @pytest.mark.notebook
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_notebook_runs_and_teaches(path: Path, record_property):
+def test_notebook_runs_and_teaches(path: Path, record_property, busy_loops):
     nb = nbformat.read(path, as_version=4)
     if not BUNDLED and _needs_bundled(nb, _overrides(path.stem)):
         pytest.skip("the bundled models are missing: run `python scripts/train_bundled.py`")
@@ -270,7 +295,9 @@ def test_notebook_runs_and_teaches(path: Path, record_property):
     record_property("seconds", round(seconds, 1))
     phases = ran.metadata["explorer_phases"]
     slowest = sorted(ran.metadata["explorer_cell_seconds"].items(), key=lambda kv: -kv[1][1])[:3]
-    timing = f"{path.name}: {seconds:.1f} s; {phases}; slowest cells (index: [send, reply] s): {dict(slowest)}"
+    lag = ran.metadata["explorer_max_reply_lag_s"]
+    timing = (f"{path.name}: {seconds:.1f} s; {phases}; slowest cells (index: [send, reply] s): "
+              f"{dict(slowest)}; max reply lag {lag} s; busy loops {busy_loops}")
     record_property("timing", timing)  # printed at the end of every run (tests/conftest.py)
     print(timing)
     CHECKS[path.name[:2]](facts)
