@@ -1,23 +1,48 @@
-"""Inference Explorer: run a causal LM one forward pass at a time and see what each step does and costs."""
+"""Inference Explorer: run a causal LM one forward pass at a time and see what each step does and costs.
 
-from explorer.loading import LoadedModel, ModelInfo, ModelNotFoundError, available_models, load
-from explorer.sampling import Sampling
-from explorer.trace import Step, Trace
+    import explorer
+    lm = explorer.load()                                    # the bundled target (offline)
+    s = explorer.Session(lm, "The return statement", explorer.Sampling(temperature=0.7, top_p=0.9))
+    s.step(); s.trace.to_json()
+
+Rooms: model/ (what runs), engine/ (one request, step by step), costs/ (why a step takes its time),
+sweeps/ (registered measurements), plots/ (figures), app/ (dashboard), cli/ (the `explorer` command).
+"""
+
+from explorer.engine.sampling import Sampling
+from explorer.engine.trace import Step, Trace, TraceFormatError
+from explorer.model import (
+    DeviceNotAvailableError,
+    LoadedModel,
+    ModelInfo,
+    ModelNotFoundError,
+    available_models,
+    load,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["LoadedModel", "ModelInfo", "ModelNotFoundError", "Sampling", "Step", "Trace",
-           "available_models", "load", "__version__"]
+__all__ = [
+    "DeviceNotAvailableError",
+    "LoadedModel",
+    "ModelInfo",
+    "ModelNotFoundError",
+    "Sampling",
+    "Session",
+    "SpeculativeSession",
+    "Step",
+    "Trace",
+    "TraceFormatError",
+    "available_models",
+    "load",
+    "__version__",
+]
 
 
 def __getattr__(name: str):
     # Session / SpeculativeSession import lazily so `import explorer` stays light.
-    if name == "Session":
-        from explorer.engine import Session
+    if name in ("Session", "SpeculativeSession"):
+        from explorer import engine
 
-        return Session
-    if name == "SpeculativeSession":
-        from explorer.speculative import SpeculativeSession
-
-        return SpeculativeSession
-    raise AttributeError(name)
+        return getattr(engine, name)
+    raise AttributeError(f"module 'explorer' has no attribute {name!r}")

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import browser_support as bs  # noqa: E402
 
 
@@ -33,8 +33,17 @@ def pct(values: list[float], q: float) -> float:
 
 
 def summary(values: list[float]) -> dict:
-    return {"n": len(values), "median": statistics.median(values), "p95": pct(values, 0.95),
-            "min": min(values), "max": max(values)} if values else {"n": 0}
+    return (
+        {
+            "n": len(values),
+            "median": statistics.median(values),
+            "p95": pct(values, 0.95),
+            "min": min(values),
+            "max": max(values),
+        }
+        if values
+        else {"n": 0}
+    )
 
 
 def steps_taken(page) -> int:
@@ -59,16 +68,25 @@ def timed_clicks(page, n: int) -> dict:
         strip.append(r["strip_ms"])
         dist.append(r["dist_ms"])
         both.append(r["both_ms"])
-    return {"strip_ms": summary(strip), "dist_ms": summary(dist), "both_ms": summary(both), "missed": missed,
-            "at_step": steps_taken(page)}
+    return {
+        "strip_ms": summary(strip),
+        "dist_ms": summary(dist),
+        "both_ms": summary(both),
+        "missed": missed,
+        "at_step": steps_taken(page),
+    }
 
 
 def step_n(page, n: int) -> None:
     for _ in range(n):
         target = steps_taken(page) + 1
         page.click(bs.STEP_READY)
-        page.wait_for_function("(n) => { const m = /step (\\d+)/.exec(document.querySelector('.ie-step-count')"
-                               ".innerText); return m && Number(m[1]) >= n; }", arg=target, timeout=60000)
+        page.wait_for_function(
+            "(n) => { const m = /step (\\d+)/.exec(document.querySelector('.ie-step-count')"
+            ".innerText); return m && Number(m[1]) >= n; }",
+            arg=target,
+            timeout=60000,
+        )
         settle(page)
 
 
@@ -77,42 +95,64 @@ def play_rate(page, seconds: float) -> dict:
     engine took after the Pause click (from Play's closing message: "... after N tokens ...")."""
     start_tokens, t0 = bs.token_count(page), time.perf_counter()
     page.click("button.ie-play")
-    page.wait_for_function("(n) => document.querySelectorAll('.ie-strip-text .ie-tok').length > n",
-                           arg=start_tokens, timeout=60000)
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('.ie-strip-text .ie-tok').length > n",
+        arg=start_tokens,
+        timeout=60000,
+    )
     first_tokens, t1 = bs.token_count(page), time.perf_counter()
     time.sleep(seconds)
     end_tokens, t2 = bs.token_count(page), time.perf_counter()
     shown_at_pause = steps_taken(page)
-    page.evaluate("() => { const b = document.querySelector('button.ie-pause'); if (!b.disabled) b.click(); }")
-    page.wait_for_function("() => /Play (paused|stopped)/.test(document.querySelector('.ie-message').innerText)",
-                           timeout=60000)
+    page.evaluate(
+        "() => { const b = document.querySelector('button.ie-pause'); if (!b.disabled) b.click(); }"
+    )
+    page.wait_for_function(
+        "() => /Play (paused|stopped)/.test(document.querySelector('.ie-message').innerText)",
+        timeout=60000,
+    )
     message = bs.message_text(page)
     m = re.search(r"after (\d+) tokens", message)
     bs.wait_quiet(page)
-    return {"tokens_per_s": (end_tokens - first_tokens) / (t2 - t1), "tokens": end_tokens - first_tokens,
-            "seconds": t2 - t1, "click_to_first_token_s": t1 - t0, "message": message,
-            "stopped_by_itself": "Play stopped" in message,
-            "engine_steps_after_shown_pause": (start_tokens + int(m.group(1)) - shown_at_pause) if m else None}
+    return {
+        "tokens_per_s": (end_tokens - first_tokens) / (t2 - t1),
+        "tokens": end_tokens - first_tokens,
+        "seconds": t2 - t1,
+        "click_to_first_token_s": t1 - t0,
+        "message": message,
+        "stopped_by_itself": "Play stopped" in message,
+        "engine_steps_after_shown_pause": (start_tokens + int(m.group(1)) - shown_at_pause)
+        if m
+        else None,
+    }
 
 
 def new_session(page, model: str | None, max_tokens: int) -> None:
     """Pick the model and max tokens (each change starts a new session); wait until it is ready."""
     if model is not None:
         page.select_option(".ie-model select", model)
-        page.wait_for_function("(m) => document.querySelector('.ie-message').innerText.includes(m)", arg=model,
-                               timeout=180000)
+        page.wait_for_function(
+            "(m) => document.querySelector('.ie-message').innerText.includes(m)",
+            arg=model,
+            timeout=180000,
+        )
     bs.set_value(page, "max-tokens", str(max_tokens))
-    page.wait_for_function("() => /step 0\\b/.test(document.querySelector('.ie-step-count').innerText)",
-                           timeout=60000)
+    page.wait_for_function(
+        "() => /step 0\\b/.test(document.querySelector('.ie-step-count').innerText)", timeout=60000
+    )
     settle(page)
 
 
 def play_until(page, steps: int, timeout_s: float) -> int:
     page.click("button.ie-play")
     page.wait_for_selector("button.ie-pause:not([disabled])", timeout=60000)  # Play has started
-    page.wait_for_function("(n) => { const m = /step (\\d+)/.exec(document.querySelector('.ie-step-count')"
-                           ".innerText); return m && Number(m[1]) >= n || document.querySelector('button.ie-pause')"
-                           ".disabled; }", arg=steps, timeout=timeout_s * 1000)
+    page.wait_for_function(
+        "(n) => { const m = /step (\\d+)/.exec(document.querySelector('.ie-step-count')"
+        ".innerText); return m && Number(m[1]) >= n || document.querySelector('button.ie-pause')"
+        ".disabled; }",
+        arg=steps,
+        timeout=timeout_s * 1000,
+    )
     if page.is_enabled("button.ie-pause"):
         page.click("button.ie-pause")
     settle(page)
@@ -125,18 +165,32 @@ def long_run(page, model: str | None, steps: int, clicks: int) -> dict:
     early = timed_clicks(page, clicks)
     reached = play_until(page, steps, timeout_s=1800)
     late = timed_clicks(page, clicks)
-    ratio = late["both_ms"]["median"] / early["both_ms"]["median"] if early["both_ms"]["n"] else None
-    return {"model": model or "bundled:target", "early": early, "late": late, "reached": reached,
-            "late_over_early": ratio, "message": bs.message_text(page)}
+    ratio = (
+        late["both_ms"]["median"] / early["both_ms"]["median"] if early["both_ms"]["n"] else None
+    )
+    return {
+        "model": model or "bundled:target",
+        "early": early,
+        "late": late,
+        "reached": reached,
+        "late_over_early": ratio,
+        "message": bs.message_text(page),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--clicks", type=int, default=20)
     ap.add_argument("--loads", type=int, default=3, help="pages opened for the time to interactive")
     ap.add_argument("--play-s", type=float, default=5.0)
-    ap.add_argument("--target-steps", type=int, default=300,
-                    help="long run with the bundled target (its 512 positions must hold prompt, Play's overshoot and the clicks)")
+    ap.add_argument(
+        "--target-steps",
+        type=int,
+        default=300,
+        help="long run with the bundled target (its 512 positions must hold prompt, Play's overshoot and the clicks)",
+    )
     ap.add_argument("--long-model", default="arch:smollm2-135m")
     ap.add_argument("--long-steps", type=int, default=1000)
     ap.add_argument("--skip-long-model", action="store_true")
@@ -174,16 +228,25 @@ def main(argv: list[str] | None = None) -> int:
             new_session(page, None, 0)  # 0 = no token limit but the model's positions (512)
             step_n(page, 10)
             out["step_at_10"] = timed_clicks(page, args.clicks)
-            print(f"Step -> strip & distribution at step ~10: {out['step_at_10']['both_ms']}", flush=True)
+            print(
+                f"Step -> strip & distribution at step ~10: {out['step_at_10']['both_ms']}",
+                flush=True,
+            )
             out["play"] = play_rate(page, args.play_s)
             print(f"Play: {out['play']}", flush=True)
             out["long_target"] = long_run(page, None, args.target_steps, args.clicks)
-            print(f"bundled target, step {out['long_target']['reached']} vs 10: "
-                  f"x{out['long_target']['late_over_early']:.2f}", flush=True)
+            print(
+                f"bundled target, step {out['long_target']['reached']} vs 10: "
+                f"x{out['long_target']['late_over_early']:.2f}",
+                flush=True,
+            )
             if not args.skip_long_model:
                 out["long_model"] = long_run(page, args.long_model, args.long_steps, args.clicks)
-                print(f"{args.long_model}, step {out['long_model']['reached']} vs 10: "
-                      f"x{out['long_model']['late_over_early']:.2f}", flush=True)
+                print(
+                    f"{args.long_model}, step {out['long_model']['reached']} vs 10: "
+                    f"x{out['long_model']['late_over_early']:.2f}",
+                    flush=True,
+                )
             browser.close()
     finally:
         server.stop()

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import browser_support as bs  # noqa: E402
 
 MB = 1024 * 1024
@@ -62,8 +62,10 @@ class MemorySampler(threading.Thread):
                 self.peak[k] = max(self.peak[k], m.get(k, 0))
             self.samples += 1
             if self.samples % 15 == 0:
-                progress(f"server + {m.get('processes', 1) - 1} child processes: {m.get('pss', 0) / MB:.0f} MB PSS, "
-                         f"load average {os.getloadavg()[0]:.1f}")
+                progress(
+                    f"server + {m.get('processes', 1) - 1} child processes: {m.get('pss', 0) / MB:.0f} MB PSS, "
+                    f"load average {os.getloadavg()[0]:.1f}"
+                )
             self._halt.wait(self.every)
 
     def stop(self) -> dict:
@@ -72,14 +74,17 @@ class MemorySampler(threading.Thread):
         return self.peak
 
 
-async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.0,
-                  shots: str | None = None) -> dict:
+async def session(
+    browser, url: str, steps: int, index: int, delay_s: float = 0.0, shots: str | None = None
+) -> dict:
     out = {"session": index, "latencies_ms": [], "failures": [], "tti_s": None}
     await asyncio.sleep(delay_s)
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
 
     async def route(r):
-        if r.request.url.startswith(url.rstrip("/")) or r.request.url.startswith(("data:", "blob:")):
+        if r.request.url.startswith(url.rstrip("/")) or r.request.url.startswith(
+            ("data:", "blob:")
+        ):
             await r.continue_()
         else:
             await r.fulfill(status=200, body="", content_type="text/css")
@@ -114,7 +119,10 @@ async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.
                 seen = await page.evaluate("""() => { const d = document.querySelector('.ie-dist');
                     return d ? {svg: d.querySelectorAll('svg').length, bars: d.querySelectorAll('.bars path').length,
                                 html: d.innerHTML.length} : null; }""")
-                await fail(f"no strip/distribution change within 60 s: {r}; distribution view: {seen}", f"step{i + 1}")
+                await fail(
+                    f"no strip/distribution change within 60 s: {r}; distribution view: {seen}",
+                    f"step{i + 1}",
+                )
             else:
                 out["latencies_ms"].append(r["both_ms"])
             await page.evaluate(bs.WAIT_QUIET_JS, [150, 30_000])
@@ -124,21 +132,28 @@ async def session(browser, url: str, steps: int, index: int, delay_s: float = 0.
                 await fail(f"message: {message[:200]}", f"step{i + 1}-message")
             if (i + 1) % 5 == 0:
                 lat = out["latencies_ms"]
-                progress(f"session {index}: {i + 1}/{steps} steps, median so far "
-                         f"{statistics.median(lat) if lat else float('nan'):.0f} ms")
+                progress(
+                    f"session {index}: {i + 1}/{steps} steps, median so far "
+                    f"{statistics.median(lat) if lat else float('nan'):.0f} ms"
+                )
     except Exception as err:  # a page that broke is a failure, reported with the others
         await fail(f"{type(err).__name__}: {str(err)[:300]}", "failed")
     out["page"], out["context"] = page, ctx
     return out
 
 
-async def run_sessions(url: str, sessions: int, steps: int, stagger_s: float = 0.0,
-                       shots: str | None = None) -> list[dict]:
+async def run_sessions(
+    url: str, sessions: int, steps: int, stagger_s: float = 0.0, shots: str | None = None
+) -> list[dict]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=bs.chromium_path(), args=bs.CHROMIUM_ARGS)
-        results = await asyncio.gather(*(session(browser, url, steps, i, i * stagger_s, shots) for i in range(sessions)))
+        browser = await pw.chromium.launch(
+            executable_path=bs.chromium_path(), args=bs.CHROMIUM_ARGS
+        )
+        results = await asyncio.gather(
+            *(session(browser, url, steps, i, i * stagger_s, shots) for i in range(sessions))
+        )
         for r in results:  # close every tab the way a person does (beforeunload runs)
             await r.pop("page").close(run_before_unload=True)
             await r.pop("context").close()
@@ -147,13 +162,19 @@ async def run_sessions(url: str, sessions: int, steps: int, stagger_s: float = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--pool-size", type=int, default=1)
     ap.add_argument("--cull-idle-timeout", type=int, default=10)
-    ap.add_argument("--stagger", type=float, default=0.0,
-                    help="seconds between one session opening the page and the next (default 0: all at once)")
+    ap.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        help="seconds between one session opening the page and the next (default 0: all at once)",
+    )
     ap.add_argument("--shots", default=None, help="folder for a screenshot of each failed step")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -162,9 +183,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_load: {reason}", file=sys.stderr)
         return 2
 
-    out: dict = {"sessions": args.sessions, "steps": args.steps, "pool_size": args.pool_size,
-                 "cull_idle_timeout_s": args.cull_idle_timeout, "stagger_s": args.stagger, "cpus": os.cpu_count(),
-                 "load_average_start": os.getloadavg()}
+    out: dict = {
+        "sessions": args.sessions,
+        "steps": args.steps,
+        "pool_size": args.pool_size,
+        "cull_idle_timeout_s": args.cull_idle_timeout,
+        "stagger_s": args.stagger,
+        "cpus": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+    }
     server = bs.AppServer(pool_size=args.pool_size, cull_idle_timeout=args.cull_idle_timeout)
     server.start()
     progress(f"explorer app up at {server.url} with {len(server.kernels())} preheated kernel(s)")
@@ -173,15 +200,23 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start()
     try:
         t0 = time.perf_counter()
-        results = asyncio.run(run_sessions(server.url, args.sessions, args.steps, args.stagger, args.shots))
+        results = asyncio.run(
+            run_sessions(server.url, args.sessions, args.steps, args.stagger, args.shots)
+        )
         out["wall_s"] = time.perf_counter() - t0
         out["kernels_when_tabs_closed"] = len(server.kernels())
-        progress(f"all tabs closed; {out['kernels_when_tabs_closed']} kernels alive; waiting for culling")
+        progress(
+            f"all tabs closed; {out['kernels_when_tabs_closed']} kernels alive; waiting for culling"
+        )
         t1 = time.perf_counter()
-        deadline = args.cull_idle_timeout + 60 + 30 * args.pool_size  # culling, then the pool's own refill
+        deadline = (
+            args.cull_idle_timeout + 60 + 30 * args.pool_size
+        )  # culling, then the pool's own refill
         alive = server.wait_kernels(args.pool_size, timeout_s=deadline)
         out["kernels_alive_after_close"] = alive
-        out["kernels_back_to_pool_s"] = time.perf_counter() - t1 if alive == args.pool_size else None
+        out["kernels_back_to_pool_s"] = (
+            time.perf_counter() - t1 if alive == args.pool_size else None
+        )
         peak = sampler.stop()
     finally:
         if sampler.is_alive():
@@ -192,27 +227,46 @@ def main(argv: list[str] | None = None) -> int:
     per = []
     for r in results:
         lat = r["latencies_ms"]
-        per.append({"session": r["session"], "tti_s": r["tti_s"], "steps_ok": len(lat),
-                    "median_ms": statistics.median(lat) if lat else None, "p95_ms": pct(lat, 0.95),
-                    "failures": r["failures"], "console_errors": r["console_errors"]})
+        per.append(
+            {
+                "session": r["session"],
+                "tti_s": r["tti_s"],
+                "steps_ok": len(lat),
+                "median_ms": statistics.median(lat) if lat else None,
+                "p95_ms": pct(lat, 0.95),
+                "failures": r["failures"],
+                "console_errors": r["console_errors"],
+            }
+        )
     everything = [x for r in results for x in r["latencies_ms"]]
     out["per_session"] = per
-    out["all_steps"] = {"n": len(everything), "median_ms": statistics.median(everything) if everything else None,
-                        "p95_ms": pct(everything, 0.95)}
+    out["all_steps"] = {
+        "n": len(everything),
+        "median_ms": statistics.median(everything) if everything else None,
+        "p95_ms": pct(everything, 0.95),
+    }
     out["failures"] = sum(len(r["failures"]) for r in results)
 
     for p in per:
         med = f"{p['median_ms']:.0f}" if p["median_ms"] is not None else "-"
         p95 = f"{p['p95_ms']:.0f}" if p["p95_ms"] is not None else "-"
         tti = f"{p['tti_s']:.1f}" if p["tti_s"] is not None else "-"
-        print(f"session {p['session']}: interactive after {tti} s, {p['steps_ok']}/{args.steps} steps, "
-              f"step median {med} ms, p95 {p95} ms, failures {len(p['failures'])}")
-    print(f"all steps: median {out['all_steps']['median_ms']} ms, p95 {out['all_steps']['p95_ms']} ms")
+        print(
+            f"session {p['session']}: interactive after {tti} s, {p['steps_ok']}/{args.steps} steps, "
+            f"step median {med} ms, p95 {p95} ms, failures {len(p['failures'])}"
+        )
+    print(
+        f"all steps: median {out['all_steps']['median_ms']} ms, p95 {out['all_steps']['p95_ms']} ms"
+    )
     pk = out["peak_memory_mb"]
-    print(f"peak memory, server + kernels: {pk['pss']:.0f} MB PSS ({pk['rss']:.0f} MB RSS, {pk['processes']} processes)")
+    print(
+        f"peak memory, server + kernels: {pk['pss']:.0f} MB PSS ({pk['rss']:.0f} MB RSS, {pk['processes']} processes)"
+    )
     print(f"failures: {out['failures']}")
-    print(f"kernels: {out['kernels_when_tabs_closed']} when the tabs closed, {out['kernels_alive_after_close']} "
-          f"after culling (pool size {args.pool_size})")
+    print(
+        f"kernels: {out['kernels_when_tabs_closed']} when the tabs closed, {out['kernels_alive_after_close']} "
+        f"after culling (pool size {args.pool_size})"
+    )
     text = json.dumps(out, indent=2, default=str)
     if args.json:
         Path(args.json).write_text(text)

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import browser_support as bs  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> None:
         bs.wait_quiet(page, settle_ms=500)
         page.screenshot(path=str(a.out), full_page=True)
         browser.close()
-    print(f"{a.out} ({a.out.stat().st_size:,} bytes); page interactive in {tti:.1f} s; {a.steps} steps")
+    print(
+        f"{a.out} ({a.out.stat().st_size:,} bytes); page interactive in {tti:.1f} s; {a.steps} steps"
+    )
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ PAD_TOKEN = "<|pad|>"
 # skipped (and listed in training.json).  Modules with import-time side effects
 # (antigravity, this, tkinter, turtle, idlelib, ...) and the boilerplate codec
 # modules under ``encodings`` are left out on purpose.
-STDLIB_MODULES: tuple[str, ...] = tuple(sorted("""
+STDLIB_MODULES: tuple[str, ...] = tuple(
+    sorted(
+        """
 abc argparse array ast asyncio asyncio.base_events asyncio.coroutines
 asyncio.events asyncio.exceptions asyncio.futures asyncio.locks
 asyncio.protocols asyncio.queues asyncio.runners asyncio.streams
@@ -107,7 +109,9 @@ webbrowser wsgiref.handlers wsgiref.headers wsgiref.simple_server
 wsgiref.util wsgiref.validate xml.dom xml.dom.minidom xml.etree.ElementTree
 xml.parsers.expat xml.sax xml.sax.handler xml.sax.saxutils xmlrpc.client
 xmlrpc.server zipapp zipfile zipimport zlib zoneinfo
-""".split()))
+""".split()
+    )
+)
 
 TARGET_PROMPTS: tuple[str, ...] = (
     "The return statement",
@@ -186,10 +190,12 @@ class Corpus:
         return sum(len(d) for d in self.train_docs) + sum(len(d) for d in self.val_docs)
 
 
-TARGET_SPEC = ModelSpec("target", hidden_size=256, num_layers=6, num_heads=8,
-                        num_kv_heads=4, intermediate_size=768)
-DRAFT_SPEC = ModelSpec("draft", hidden_size=128, num_layers=4, num_heads=4,
-                       num_kv_heads=2, intermediate_size=384)
+TARGET_SPEC = ModelSpec(
+    "target", hidden_size=256, num_layers=6, num_heads=8, num_kv_heads=4, intermediate_size=768
+)
+DRAFT_SPEC = ModelSpec(
+    "draft", hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384
+)
 
 
 # --------------------------------------------------------------------------
@@ -233,8 +239,11 @@ def pydoc_topic_documents() -> list[str]:
 
 def import_quietly(name: str) -> Any:
     """Import a module while swallowing anything it prints or warns."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         warnings.simplefilter("ignore")
         return importlib.import_module(name)
 
@@ -260,8 +269,10 @@ def documented_objects(module: Any) -> Iterator[Any]:
     for _, obj in public_members(module):
         if not (inspect.isclass(obj) or inspect.isroutine(obj)):
             continue
-        if getattr(obj, "__module__", None) not in (module.__name__, None) \
-                and module.__name__ != "builtins":
+        if (
+            getattr(obj, "__module__", None) not in (module.__name__, None)
+            and module.__name__ != "builtins"
+        ):
             continue  # re-exported from elsewhere: documented at its home
         yield obj
         if inspect.isclass(obj):
@@ -329,12 +340,16 @@ def build_corpus(val_fraction: float) -> Corpus:
     train = [d for d in docs if not is_validation_doc(d, val_fraction)]
     val = [d for d in docs if is_validation_doc(d, val_fraction)]
     sources = {
-        "pydoc_data_topics": {"documents": len(topic_docs),
-                              "characters": sum(map(len, topic_docs))},
-        "stdlib_docstrings": {"modules_requested": len(STDLIB_MODULES),
-                              "modules_failed": failed,
-                              "documents": len(doc_docs),
-                              "characters": sum(map(len, doc_docs))},
+        "pydoc_data_topics": {
+            "documents": len(topic_docs),
+            "characters": sum(map(len, topic_docs)),
+        },
+        "stdlib_docstrings": {
+            "modules_requested": len(STDLIB_MODULES),
+            "modules_failed": failed,
+            "documents": len(doc_docs),
+            "characters": sum(map(len, doc_docs)),
+        },
         "documents_after_dedup": len(docs),
     }
     return Corpus(train_docs=train, val_docs=val, sources=sources)
@@ -472,8 +487,10 @@ def make_optimizer(model: torch.nn.Module, s: TrainSettings) -> torch.optim.Adam
     """AdamW with weight decay on matrices only (not on norms)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": s.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": s.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=s.lr, betas=s.betas, eps=1e-8)
 
 
@@ -485,7 +502,7 @@ def batch_indices(num_rows: int, s: TrainSettings) -> Iterator[torch.Tensor]:
         if order.numel() < s.batch_size:
             order = torch.cat([order, torch.randperm(num_rows, generator=gen)])
         yield order[: s.batch_size]
-        order = order[s.batch_size:]
+        order = order[s.batch_size :]
 
 
 @torch.no_grad()
@@ -494,7 +511,7 @@ def evaluate(model: LlamaForCausalLM, rows: torch.Tensor, batch_size: int = 32) 
     model.eval()
     total, count = 0.0, 0
     for start in range(0, rows.shape[0], batch_size):
-        batch = rows[start: start + batch_size]
+        batch = rows[start : start + batch_size]
         loss = model(input_ids=batch, labels=batch).loss
         n = batch.shape[0] * (batch.shape[1] - 1)
         total += loss.item() * n
@@ -503,8 +520,9 @@ def evaluate(model: LlamaForCausalLM, rows: torch.Tensor, batch_size: int = 32) 
     return total / count
 
 
-def train_model(model: LlamaForCausalLM, train_rows: torch.Tensor, val_rows: torch.Tensor,
-                s: TrainSettings) -> dict[str, Any]:
+def train_model(
+    model: LlamaForCausalLM, train_rows: torch.Tensor, val_rows: torch.Tensor, s: TrainSettings
+) -> dict[str, Any]:
     """Train in place; returns a summary with losses and timings."""
     torch.manual_seed(s.seed)
     optimizer = make_optimizer(model, s)
@@ -527,14 +545,26 @@ def train_model(model: LlamaForCausalLM, train_rows: torch.Tensor, val_rows: tor
         if (step + 1) % s.eval_every == 0 or step + 1 == s.steps:
             val = evaluate(model, val_rows)
             elapsed = time.perf_counter() - start
-            history.append({"step": step + 1, "train_loss": sum(recent) / len(recent),
-                            "val_loss": val, "elapsed_s": round(elapsed, 1)})
-            print(f"  step {step + 1:5d}/{s.steps}  train {history[-1]['train_loss']:.3f}  "
-                  f"val {val:.3f}  ppl {math.exp(val):7.1f}  lr {learning_rate(step, s):.2e}  "
-                  f"{elapsed / (step + 1):.2f}s/step", flush=True)
+            history.append(
+                {
+                    "step": step + 1,
+                    "train_loss": sum(recent) / len(recent),
+                    "val_loss": val,
+                    "elapsed_s": round(elapsed, 1),
+                }
+            )
+            print(
+                f"  step {step + 1:5d}/{s.steps}  train {history[-1]['train_loss']:.3f}  "
+                f"val {val:.3f}  ppl {math.exp(val):7.1f}  lr {learning_rate(step, s):.2e}  "
+                f"{elapsed / (step + 1):.2f}s/step",
+                flush=True,
+            )
             if val < best["val_loss"]:
-                best = {"val_loss": val, "step": step + 1,
-                        "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+                best = {
+                    "val_loss": val,
+                    "step": step + 1,
+                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                }
     wall = time.perf_counter() - start
     if best["step"] != s.steps:  # validation loss went up again: keep the best checkpoint
         print(f"  restoring best checkpoint from step {best['step']}", flush=True)
@@ -549,10 +579,14 @@ def train_model(model: LlamaForCausalLM, train_rows: torch.Tensor, val_rows: tor
         "tokens_per_step": s.tokens_per_step,
         "tokens_seen": s.steps * s.tokens_per_step,
         "epochs": round(s.steps * s.batch_size / train_rows.shape[0], 2),
-        "optimizer": {"name": "AdamW", "lr": s.lr, "betas": list(s.betas),
-                      "weight_decay": s.weight_decay, "grad_clip": s.grad_clip,
-                      "schedule": f"linear warmup {s.warmup_steps} steps, cosine to "
-                                  f"{s.min_lr_ratio} x lr"},
+        "optimizer": {
+            "name": "AdamW",
+            "lr": s.lr,
+            "betas": list(s.betas),
+            "weight_decay": s.weight_decay,
+            "grad_clip": s.grad_clip,
+            "schedule": f"linear warmup {s.warmup_steps} steps, cosine to {s.min_lr_ratio} x lr",
+        },
         "seed": s.seed,
         "wall_time_s": round(wall, 1),
         "seconds_per_step": round(wall / s.steps, 3),
@@ -562,8 +596,9 @@ def train_model(model: LlamaForCausalLM, train_rows: torch.Tensor, val_rows: tor
         "final_val_loss": round(final_val, 4),
         "final_val_perplexity": round(math.exp(final_val), 2),
         "final_train_perplexity": round(math.exp(final_train), 2),
-        "history": [{k: round(v, 4) if isinstance(v, float) else v for k, v in h.items()}
-                    for h in history],
+        "history": [
+            {k: round(v, 4) if isinstance(v, float) else v for k, v in h.items()} for h in history
+        ],
     }
 
 
@@ -573,22 +608,28 @@ def train_model(model: LlamaForCausalLM, train_rows: torch.Tensor, val_rows: tor
 
 
 @torch.no_grad()
-def greedy_samples(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast,
-                   prompts: Iterable[str], max_new_tokens: int) -> list[dict[str, Any]]:
+def greedy_samples(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    prompts: Iterable[str],
+    max_new_tokens: int,
+) -> list[dict[str, Any]]:
     """Greedy continuations, exactly as the tests will regenerate them."""
     model.eval()
     samples = []
     for prompt in prompts:
         inputs = tokenizer(prompt, return_tensors="pt")
         out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
-        new_ids = out[0, inputs["input_ids"].shape[1]:].tolist()
-        samples.append({
-            "prompt": prompt,
-            "prompt_ids": inputs["input_ids"][0].tolist(),
-            "max_new_tokens": max_new_tokens,
-            "new_token_ids": new_ids,
-            "text": tokenizer.decode(new_ids, skip_special_tokens=False),
-        })
+        new_ids = out[0, inputs["input_ids"].shape[1] :].tolist()
+        samples.append(
+            {
+                "prompt": prompt,
+                "prompt_ids": inputs["input_ids"][0].tolist(),
+                "max_new_tokens": max_new_tokens,
+                "new_token_ids": new_ids,
+                "text": tokenizer.decode(new_ids, skip_special_tokens=False),
+            }
+        )
         print(f"  {prompt!r} -> {samples[-1]['text']!r}", flush=True)
     return samples
 
@@ -645,27 +686,47 @@ def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
 
     lines += [
         row("parameters", lambda r: f"{r['parameters']:,}"),
-        row("layers x hidden (heads / KV heads)", lambda r: f"{r['config']['num_hidden_layers']} x "
-            f"{r['config']['hidden_size']} ({r['config']['num_attention_heads']} / "
-            f"{r['config']['num_key_value_heads']})"),
+        row(
+            "layers x hidden (heads / KV heads)",
+            lambda r: (
+                f"{r['config']['num_hidden_layers']} x "
+                f"{r['config']['hidden_size']} ({r['config']['num_attention_heads']} / "
+                f"{r['config']['num_key_value_heads']})"
+            ),
+        ),
         row("MLP (SwiGLU) width", lambda r: r["config"]["intermediate_size"]),
         row("positions", lambda r: r["config"]["max_position_embeddings"]),
         row("steps x tokens per step", lambda r: f"{r['steps']:,} x {r['tokens_per_step']:,}"),
         row("tokens seen (epochs)", lambda r: f"{r['tokens_seen']:,} ({r['epochs']})"),
-        row("optimiser", lambda r: f"AdamW lr {r['optimizer']['lr']}, {r['optimizer']['schedule']}"),
+        row(
+            "optimiser", lambda r: f"AdamW lr {r['optimizer']['lr']}, {r['optimizer']['schedule']}"
+        ),
         row("checkpoint kept (best validation)", lambda r: f"step {r['saved_checkpoint_step']:,}"),
-        row("wall time", lambda r: f"{r['wall_time_s'] / 60:.1f} min ({r['seconds_per_step']} s/step)"),
-        row("final train loss (perplexity)", lambda r: f"{r['final_train_loss']:.3f} "
-            f"({r['final_train_perplexity']:.1f})"),
-        row("final validation loss (perplexity)", lambda r: f"**{r['final_val_loss']:.3f}** "
-            f"({r['final_val_perplexity']:.1f})"),
+        row(
+            "wall time",
+            lambda r: f"{r['wall_time_s'] / 60:.1f} min ({r['seconds_per_step']} s/step)",
+        ),
+        row(
+            "final train loss (perplexity)",
+            lambda r: f"{r['final_train_loss']:.3f} ({r['final_train_perplexity']:.1f})",
+        ),
+        row(
+            "final validation loss (perplexity)",
+            lambda r: f"**{r['final_val_loss']:.3f}** ({r['final_val_perplexity']:.1f})",
+        ),
         "",
-        *(["The draft ends with the lower losses, train and validation: neither model is near "
-           "convergence after ~3M tokens, and the target's optimiser settings were not tuned "
-           "beyond a first guess (a larger model is normally the better one at equal data). For "
-           "the lessons what matters is how often the two agree (speculative acceptance), which "
-           "the explorer measures rather than assumes.", ""]
-          if d["final_val_loss"] < t["final_val_loss"] else []),
+        *(
+            [
+                "The draft ends with the lower losses, train and validation: neither model is near "
+                "convergence after ~3M tokens, and the target's optimiser settings were not tuned "
+                "beyond a first guess (a larger model is normally the better one at equal data). For "
+                "the lessons what matters is how often the two agree (speculative acceptance), which "
+                "the explorer measures rather than assumes.",
+                "",
+            ]
+            if d["final_val_loss"] < t["final_val_loss"]
+            else []
+        ),
         f"Draft / target parameters: {training['draft_to_target_parameter_ratio']}. Uniform guessing "
         f"would give loss ln({tok['vocab_size']}) = {math.log(tok['vocab_size']):.2f}.",
         f"Machine: {m['platform']}, {m['cpu_count']} CPU cores, {m['torch_threads']} torch threads; "
@@ -718,16 +779,27 @@ def configure_determinism(seed: int, threads: int) -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def train_one(spec: ModelSpec, s: TrainSettings, tokenizer: PreTrainedTokenizerFast,
-              train_rows: torch.Tensor, val_rows: torch.Tensor, run: RunSettings,
-              prompts: Iterable[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def train_one(
+    spec: ModelSpec,
+    s: TrainSettings,
+    tokenizer: PreTrainedTokenizerFast,
+    train_rows: torch.Tensor,
+    val_rows: torch.Tensor,
+    run: RunSettings,
+    prompts: Iterable[str],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Build, train, save and sample one model; returns (report, samples)."""
     model = build_model(spec, tokenizer, seed=s.seed)
     params = count_parameters(model)
-    print(f"[{spec.name}] {params:,} parameters, {s.steps} steps x {s.tokens_per_step} tokens",
-          flush=True)
-    report = {"parameters": params, "config": config_summary(model),
-              "spec": dataclasses.asdict(spec)}
+    print(
+        f"[{spec.name}] {params:,} parameters, {s.steps} steps x {s.tokens_per_step} tokens",
+        flush=True,
+    )
+    report = {
+        "parameters": params,
+        "config": config_summary(model),
+        "spec": dataclasses.asdict(spec),
+    }
     report.update(train_model(model, train_rows, val_rows, s))
     save_model(model, tokenizer, run.out_dir / spec.name)
     samples = greedy_samples(model, tokenizer, prompts, run.max_new_tokens)
@@ -739,23 +811,32 @@ def run(settings: RunSettings) -> None:
     t0 = time.perf_counter()
     print("building corpus ...", flush=True)
     corpus = build_corpus(settings.val_fraction)
-    print(f"  {len(corpus.train_docs)} train / {len(corpus.val_docs)} val documents, "
-          f"{corpus.num_chars:,} characters", flush=True)
+    print(
+        f"  {len(corpus.train_docs)} train / {len(corpus.val_docs)} val documents, "
+        f"{corpus.num_chars:,} characters",
+        flush=True,
+    )
     print("training tokenizer ...", flush=True)
     tokenizer = train_tokenizer(corpus.train_docs, settings.vocab_size)
     train_stream = encode_stream(tokenizer, corpus.train_docs)
     val_stream = encode_stream(tokenizer, corpus.val_docs)
-    print(f"  vocab {len(tokenizer)}, {train_stream.numel():,} train / "
-          f"{val_stream.numel():,} val tokens", flush=True)
+    print(
+        f"  vocab {len(tokenizer)}, {train_stream.numel():,} train / "
+        f"{val_stream.numel():,} val tokens",
+        flush=True,
+    )
 
     reports: dict[str, Any] = {}
     samples: dict[str, Any] = {}
-    for spec, s, prompts in ((settings.target, settings.target_train, TARGET_PROMPTS),
-                             (settings.draft, settings.draft_train, DRAFT_PROMPTS)):
+    for spec, s, prompts in (
+        (settings.target, settings.target_train, TARGET_PROMPTS),
+        (settings.draft, settings.draft_train, DRAFT_PROMPTS),
+    ):
         train_rows = chunk_sequences(train_stream, s.seq_len)
         val_rows = chunk_sequences(val_stream, s.seq_len)
         reports[spec.name], samples[spec.name] = train_one(
-            spec, s, tokenizer, train_rows, val_rows, settings, prompts)
+            spec, s, tokenizer, train_rows, val_rows, settings, prompts
+        )
 
     ratio = reports["draft"]["parameters"] / reports["target"]["parameters"]
     training = {
@@ -764,13 +845,13 @@ def run(settings: RunSettings) -> None:
         "machine": machine_info(),
         "corpus": {
             "description": "pydoc_data.topics.topics (Python reference-manual topics) plus "
-                           "inspect.getdoc docstrings of a fixed, sorted list of "
-                           "standard-library modules and their public functions, classes "
-                           "and methods; whitespace lightly cleaned; long texts split at "
-                           "blank lines into documents of <= ~2000 characters; exact "
-                           "duplicates removed; documents joined with <|endoftext|>.",
+            "inspect.getdoc docstrings of a fixed, sorted list of "
+            "standard-library modules and their public functions, classes "
+            "and methods; whitespace lightly cleaned; long texts split at "
+            "blank lines into documents of <= ~2000 characters; exact "
+            "duplicates removed; documents joined with <|endoftext|>.",
             "licence": "Python documentation and docstrings: PSF License Agreement "
-                       "(Python Software Foundation); see assets/models/README.md",
+            "(Python Software Foundation); see assets/models/README.md",
             "validation_split": f"sha256(document) < {settings.val_fraction} (by document)",
             "characters": corpus.num_chars,
             "train_documents": len(corpus.train_docs),
@@ -796,12 +877,14 @@ def run(settings: RunSettings) -> None:
     }
     samples_record = {
         "how": "model.generate(**tok(prompt, return_tensors='pt'), do_sample=False, "
-               f"max_new_tokens={settings.max_new_tokens})",
+        f"max_new_tokens={settings.max_new_tokens})",
         **samples,
     }
     write_json(settings.out_dir / "training.json", training)
     write_json(settings.out_dir / "samples.json", samples_record)
-    (settings.out_dir / "README.md").write_text(model_card(training, samples_record), encoding="utf-8")
+    (settings.out_dir / "README.md").write_text(
+        model_card(training, samples_record), encoding="utf-8"
+    )
     print(f"done in {training['total_wall_time_s']:.0f}s -> {settings.out_dir}", flush=True)
 
 
@@ -809,16 +892,21 @@ def parse_args(argv: list[str] | None = None) -> RunSettings:
     """Command-line flags -> RunSettings."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: few steps, small batches (use with --out)")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: few steps, small batches (use with --out)"
+    )
     p.add_argument("--target-steps", type=int, default=None)
     p.add_argument("--draft-steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--threads", type=int, default=2,
-                   help="torch CPU threads (the bundled models used 2; another count can "
-                        "change the last bits of the weights)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch CPU threads (the bundled models used 2; another count can "
+        "change the last bits of the weights)",
+    )
     p.add_argument("--seed", type=int, default=1234)
     a = p.parse_args(argv)
     quick = a.quick
@@ -835,11 +923,15 @@ def parse_args(argv: list[str] | None = None) -> RunSettings:
         seed=a.seed,
         target=TARGET_SPEC,
         draft=DRAFT_SPEC,
-        target_train=TrainSettings(steps=target_steps, lr=3e-3,
-                                   warmup_steps=min(100, target_steps // 4), **common),
-        draft_train=TrainSettings(steps=draft_steps, lr=4e-3,
-                                  warmup_steps=min(100, draft_steps // 4), **common),
-        command=" ".join(["python scripts/train_bundled.py", *(argv if argv is not None else sys.argv[1:])]),
+        target_train=TrainSettings(
+            steps=target_steps, lr=3e-3, warmup_steps=min(100, target_steps // 4), **common
+        ),
+        draft_train=TrainSettings(
+            steps=draft_steps, lr=4e-3, warmup_steps=min(100, draft_steps // 4), **common
+        ),
+        command=" ".join(
+            ["python scripts/train_bundled.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
     )
 
 

@@ -41,7 +41,9 @@ async def next_message(channel, deadline: float | None, slice_s: float = POLL_SL
         if left is not None and left <= 0:
             raise Empty
         try:
-            return await ensure_async(channel.get_msg(timeout=slice_s if left is None else min(slice_s, left)))
+            return await ensure_async(
+                channel.get_msg(timeout=slice_s if left is None else min(slice_s, left))
+            )
         except Empty:
             continue
 
@@ -74,15 +76,20 @@ class NotebookRunner(NotebookClient):
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         self.current_cell = cell_index
         try:
-            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            return await super().async_execute_cell(
+                cell, cell_index, execution_count, store_history
+            )
         except CellTimeoutError as err:
             lines = [line for line in cell.source.splitlines() if line.strip()]
             first = lines[0] if lines else ""
             raise NotebookCellTimeout(
                 f"{self.notebook_name}: cell {cell_index} (first line: {first!r}) did not finish within "
-                f"{self._get_timeout(cell)} s: {str(err).splitlines()[0]}") from None
+                f"{self._get_timeout(cell)} s: {str(err).splitlines()[0]}"
+            ) from None
 
-    async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg, task_poll_kernel_alive):
+    async def _async_poll_for_reply(
+        self, msg_id, cell, timeout, task_poll_output_msg, task_poll_kernel_alive
+    ):
         from nbclient.client import timestamp
 
         deadline = None if timeout is None else monotonic() + timeout
@@ -104,7 +111,8 @@ class NotebookRunner(NotebookClient):
             except (asyncio.TimeoutError, Empty):
                 task_poll_kernel_alive.cancel()
                 raise CellTimeoutError.error_from_timeout_and_cell(
-                    "Timeout waiting for IOPub output", self.iopub_timeout, cell) from None
+                    "Timeout waiting for IOPub output", self.iopub_timeout, cell
+                ) from None
             task_poll_kernel_alive.cancel()
             return msg
 
@@ -115,6 +123,8 @@ class NotebookRunner(NotebookClient):
             msg = await next_message(self.kc.iopub_channel, None)
             if msg["parent_header"].get("msg_id") == parent_msg_id:
                 try:
-                    self.process_message(msg, cell, cell_index)  # raises CellExecutionComplete at idle
+                    self.process_message(
+                        msg, cell, cell_index
+                    )  # raises CellExecutionComplete at idle
                 except CellExecutionComplete:
                     return

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))  # browser_support
 import browser_support as bs  # noqa: E402
 
-from explorer.app import serve  # noqa: E402
+from explorer.app.voila import serve  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CULL_S = 4  # the test server reclaims a closed tab's kernel after 4 s idle (checked every second)
@@ -34,18 +34,36 @@ def test_config_validates_and_builds_the_voila_command(tmp_path):
     cfg = serve.AppConfig(port=9999, pool_size=2, cull_idle_timeout=60, open_browser=False)
     cmd = serve.voila_command(cfg, notebook=tmp_path / "x.ipynb")
     assert cmd[1].endswith("serve.py") and cmd[2] == str(tmp_path / "x.ipynb")
-    for flag in ("--port=9999", "--Voila.ip=127.0.0.1", "--Voila.port_retries=0", "--preheat_kernel=True",
-                 "--pool_size=2", "--MappingKernelManager.cull_idle_timeout=60",
-                 "--MappingKernelManager.cull_interval=15", "--MappingKernelManager.cull_connected=False",
-                 "--VoilaConfiguration.multi_kernel_manager_class=__main__.ExplorerKernelManager",
-                 f"--VoilaExecutor.iopub_timeout={serve.IOPUB_TIMEOUT_S}"):
+    for flag in (
+        "--port=9999",
+        "--Voila.ip=127.0.0.1",
+        "--Voila.port_retries=0",
+        "--preheat_kernel=True",
+        "--pool_size=2",
+        "--MappingKernelManager.cull_idle_timeout=60",
+        "--MappingKernelManager.cull_interval=15",
+        "--MappingKernelManager.cull_connected=False",
+        "--VoilaConfiguration.multi_kernel_manager_class=__main__.ExplorerKernelManager",
+        f"--VoilaExecutor.iopub_timeout={serve.IOPUB_TIMEOUT_S}",
+    ):
         assert flag in cmd
-    assert "--preheat_kernel=False" in serve.voila_command(serve.AppConfig(pool_size=0), notebook=tmp_path)
+    assert "--preheat_kernel=False" in serve.voila_command(
+        serve.AppConfig(pool_size=0), notebook=tmp_path
+    )
     assert serve.AppConfig(threads=0).threads == max(1, (os.cpu_count() or 2) - 1)
     assert serve.kernel_env(serve.AppConfig(threads=3), base={})["OMP_NUM_THREADS"] == "3"
-    for bad in (dict(port=0), dict(port=70000), dict(pool_size=-1), dict(pool_size=1.5), dict(cull_idle_timeout=0),
-                dict(refill_delay=-1), dict(models_config=tmp_path / "m.json"), dict(notebook=tmp_path / "none"),
-                dict(threads=-1), dict(threads=1.5)):
+    for bad in (
+        dict(port=0),
+        dict(port=70000),
+        dict(pool_size=-1),
+        dict(pool_size=1.5),
+        dict(cull_idle_timeout=0),
+        dict(refill_delay=-1),
+        dict(models_config=tmp_path / "m.json"),
+        dict(notebook=tmp_path / "none"),
+        dict(threads=-1),
+        dict(threads=1.5),
+    ):
         with pytest.raises(ValueError):
             serve.AppConfig(**bad)
 
@@ -53,10 +71,17 @@ def test_config_validates_and_builds_the_voila_command(tmp_path):
 def test_models_config_is_read_and_checked(tmp_path):
     good = tmp_path / "models.json"
     good.write_text(json.dumps({"models": ["bundled:target", " arch:gpt2 "]}))
-    assert serve.AppConfig(shared=True, models_config=good).models == ["bundled:target", "arch:gpt2"]
+    assert serve.AppConfig(shared=True, models_config=good).models == [
+        "bundled:target",
+        "arch:gpt2",
+    ]
     (tmp_path / "list.json").write_text('["bundled:draft"]')
     assert serve.read_models_config(tmp_path / "list.json") == ["bundled:draft"]
-    for name, text in (("broken.json", "{models"), ("empty.json", '{"models": []}'), ("nums.json", "[1, 2]")):
+    for name, text in (
+        ("broken.json", "{models"),
+        ("empty.json", '{"models": []}'),
+        ("nums.json", "[1, 2]"),
+    ):
         (tmp_path / name).write_text(text)
         with pytest.raises(ValueError, match=name):
             serve.read_models_config(tmp_path / name)
@@ -69,7 +94,11 @@ def test_kernel_env_sets_shared_mode_only_when_asked(tmp_path):
     cfg_file.write_text('["bundled:target"]')
     base = {"EXPLORER_SHARED": "1", "EXPLORER_MODELS_CONFIG": "/stale", "PATH": "/bin"}
     plain = serve.kernel_env(serve.AppConfig(), base)
-    assert "EXPLORER_SHARED" not in plain and "EXPLORER_MODELS_CONFIG" not in plain and plain["PATH"] == "/bin"
+    assert (
+        "EXPLORER_SHARED" not in plain
+        and "EXPLORER_MODELS_CONFIG" not in plain
+        and plain["PATH"] == "/bin"
+    )
     assert plain[serve.WIDGET_JS_ENV].startswith("/explorer/static/widgetbundle.js?v=")
     shared = serve.kernel_env(serve.AppConfig(shared=True, models_config=cfg_file), base)
     assert shared["EXPLORER_SHARED"] == "1" and shared["EXPLORER_MODELS_CONFIG"] == str(cfg_file)
@@ -83,7 +112,9 @@ def test_figure_widget_loads_plotly_by_url_under_the_app(monkeypatch):
     monkeypatch.setenv(serve.WIDGET_JS_ENV, "/explorer/static/widgetbundle.js?v=1")
     fig = serve.figure_widget_class()(go.Figure(go.Bar(y=[1, 2])))
     assert isinstance(fig, go.FigureWidget) and list(fig.data[0].y) == [1, 2]
-    assert len(fig._esm) < 5000 and '"/explorer/static/widgetbundle.js?v=1"' in fig._esm  # vs ~5 MB inline
+    assert (
+        len(fig._esm) < 5000 and '"/explorer/static/widgetbundle.js?v=1"' in fig._esm
+    )  # vs ~5 MB inline
     assert "BUNDLE_URL" not in fig._esm
     assert len(go.FigureWidget()._esm) > 1_000_000
     assert serve.plotly_bundle().is_file()
@@ -107,35 +138,50 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
     long_ago = serve.utcnow() - timedelta(hours=1)
 
     def add(kid):
-        km._kernels[kid] = SimpleNamespace(execution_state="idle", last_activity=long_ago, kernel_name="python3",
-                                           kernel_spec=SimpleNamespace(metadata={}))
+        km._kernels[kid] = SimpleNamespace(
+            execution_state="idle",
+            last_activity=long_ago,
+            kernel_name="python3",
+            kernel_spec=SimpleNamespace(metadata={}),
+        )
         km._kernel_connections[kid] = 0
 
     def cull(kid):
         asyncio.run(km.cull_kernel_if_idle(kid))
         return kid in culled
 
-    add("handed-out")  # idled an hour in the pool, just handed to a page whose browser has not connected yet
+    add(
+        "handed-out"
+    )  # idled an hour in the pool, just handed to a page whose browser has not connected yet
     assert not cull("handed-out")
-    km._unclaimed_since["handed-out"] = long_ago  # the browser never came: reclaimed after the grace
+    km._unclaimed_since["handed-out"] = (
+        long_ago  # the browser never came: reclaimed after the grace
+    )
     assert cull("handed-out")
 
     add("started-cold")  # started for a page and rendered the notebook; the render ended 5 s ago
-    km._unclaimed_since["started-cold"] = long_ago  # (it was first seen long ago: the render was slow)
+    km._unclaimed_since["started-cold"] = (
+        long_ago  # (it was first seen long ago: the render was slow)
+    )
     km._kernels["started-cold"].last_activity = serve.utcnow() - timedelta(seconds=5)
     assert not cull("started-cold")  # the browser gets the grace from the end of the render
     km._kernels["started-cold"].last_activity = serve.utcnow() - timedelta(seconds=61)
     assert cull("started-cold")
 
-    class Starting(SimpleNamespace):  # just started: jupyter_server has not stamped last_activity yet
+    class Starting(
+        SimpleNamespace
+    ):  # just started: jupyter_server has not stamped last_activity yet
         @property
         def last_activity(self):
             from traitlets import TraitError
 
-            raise TraitError("The 'last_activity' trait ... expected a datetime, not the NoneType None.")
+            raise TraitError(
+                "The 'last_activity' trait ... expected a datetime, not the NoneType None."
+            )
 
-    km._kernels["starting"] = Starting(execution_state="starting", kernel_name="python3",
-                                       kernel_spec=SimpleNamespace(metadata={}))
+    km._kernels["starting"] = Starting(
+        execution_state="starting", kernel_name="python3", kernel_spec=SimpleNamespace(metadata={})
+    )
     km._kernel_connections["starting"] = 0
     assert not cull("starting")  # no error, and the grace runs from now
 
@@ -151,9 +197,13 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
 
 def test_capacity_arithmetic_and_line():
     mb = 1024 * 1024
-    cap = serve.capacity_from({"uss": 150 * mb, "rss": 250 * mb, "pss": 170 * mb}, available=1000 * mb)
+    cap = serve.capacity_from(
+        {"uss": 150 * mb, "rss": 250 * mb, "pss": 170 * mb}, available=1000 * mb
+    )
     assert cap.visitors == 6
-    assert cap.line() == "this machine can hold about 6 visitors (one kernel ≈ 150 MB, 1000 MB free)"
+    assert (
+        cap.line() == "this machine can hold about 6 visitors (one kernel ≈ 150 MB, 1000 MB free)"
+    )
     with pytest.raises(ValueError):
         serve.capacity_from({"uss": 0, "rss": 0, "pss": 0}, available=mb)
 
@@ -187,11 +237,15 @@ def servers(tmp_path_factory):
     """Both servers, launched together (their kernels start up in parallel): the main one and a shared one."""
     _need_browser()
     if not (REPO / "assets" / "models" / "target" / "config.json").is_file():
-        pytest.fail("the bundled target model is missing (assets/models/target); the dashboard needs it")
+        pytest.fail(
+            "the bundled target model is missing (assets/models/target); the dashboard needs it"
+        )
     shared_home = tmp_path_factory.mktemp("shared-home")
     allow = shared_home / "models.json"
     allow.write_text(json.dumps({"models": ["bundled:target", "bundled:draft"]}))
-    main = bs.AppServer(pool_size=1, cull_idle_timeout=CULL_S, home=tmp_path_factory.mktemp("app-home"))
+    main = bs.AppServer(
+        pool_size=1, cull_idle_timeout=CULL_S, home=tmp_path_factory.mktemp("app-home")
+    )
     shared = bs.AppServer(pool_size=1, shared=True, models_config=str(allow), home=shared_home)
     shared.allow = allow
     t0 = time.perf_counter()
@@ -200,7 +254,9 @@ def servers(tmp_path_factory):
     try:
         main.wait_ready()
         shared.wait_ready()  # before any page loads, so no kernel start-up competes with one
-        print(f"\nboth servers ready (listening, pool kernels quiet) in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"\nboth servers ready (listening, pool kernels quiet) in {time.perf_counter() - t0:.1f} s"
+        )
         yield main, shared
     finally:
         for server in (main, shared):
@@ -248,13 +304,19 @@ def _step(page) -> str:
     n = _steps_taken(page)
     try:
         page.click(bs.STEP_READY, timeout=30000)
-        page.wait_for_function("(n) => { const m = /step (\\d+)/.exec(document.querySelector('.ie-step-count')"
-                               ".innerText); return m && Number(m[1]) > n; }", arg=n, timeout=30000)
+        page.wait_for_function(
+            "(n) => { const m = /step (\\d+)/.exec(document.querySelector('.ie-step-count')"
+            ".innerText); return m && Number(m[1]) > n; }",
+            arg=n,
+            timeout=30000,
+        )
         bs.wait_quiet(page)
         page.wait_for_selector(bs.STEP_READY, timeout=30000)
     except PlaywrightTimeout:
-        raise AssertionError(f"Step did not complete: {bs.step_count(page)!r}, message {bs.message_text(page)!r}, "
-                             f"Step enabled: {page.is_enabled('button.ie-step')}") from None
+        raise AssertionError(
+            f"Step did not complete: {bs.step_count(page)!r}, message {bs.message_text(page)!r}, "
+            f"Step enabled: {page.is_enabled('button.ie-step')}"
+        ) from None
     return bs.strip_text(page)
 
 
@@ -269,7 +331,18 @@ def test_page_loads_and_becomes_interactive(page, context, app):
     assert page.is_enabled(bs.STEP_READY)
     assert _steps_taken(page) == 0
     assert "error" not in bs.message_text(page).lower()
-    for name in ("model", "prompt", "temperature", "top-p", "play", "rewind", "reset", "dist", "strip", "tabs"):
+    for name in (
+        "model",
+        "prompt",
+        "temperature",
+        "top-p",
+        "play",
+        "rewind",
+        "reset",
+        "dist",
+        "strip",
+        "tabs",
+    ):
         assert page.locator(f".ie-{name}").count() >= 1, f".ie-{name} missing from the page"
     external = [u for u in context.answered_offline if not u.startswith(app.url)]
     assert all("fontawesome" in u or "cdn" in u for u in external), external
@@ -287,7 +360,9 @@ def test_step_updates_strip_and_distribution(page):
     assert bs.dist_signature(page) != before_dist
     assert _steps_taken(page) == n + 1
     assert bs.token_count(page) == n + 1
-    print(f"\nStep click -> strip changed {timed['strip_ms']:.0f} ms, distribution {timed['dist_ms']:.0f} ms")
+    print(
+        f"\nStep click -> strip changed {timed['strip_ms']:.0f} ms, distribution {timed['dist_ms']:.0f} ms"
+    )
 
 
 def _token_at(page, step: int) -> str:
@@ -303,23 +378,35 @@ def test_bar_click_branches(page):
         _step(page)
     n = _steps_taken(page)
     last = n - 1  # the distribution shows the latest step
-    labels = page.evaluate("() => [...document.querySelectorAll('.ie-dist .xtick text')].map(t => t.textContent)")
+    labels = page.evaluate(
+        "() => [...document.querySelectorAll('.ie-dist .xtick text')].map(t => t.textContent)"
+    )
     chosen = _token_at(page, last)
     final = page.locator(".ie-dist .trace.bars").nth(1).locator("path")
-    heights = [final.nth(i).bounding_box()["height"] for i in range(min(final.count(), len(labels)))]
+    heights = [
+        final.nth(i).bounding_box()["height"] for i in range(min(final.count(), len(labels)))
+    ]
     ranked = sorted(range(len(heights)), key=lambda i: -heights[i])
-    pick = next(i for i in ranked if labels[i] != chosen)  # the most likely token that was not drawn
+    pick = next(
+        i for i in ranked if labels[i] != chosen
+    )  # the most likely token that was not drawn
     box = final.nth(pick).bounding_box()
     old = bs.strip_text(page)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + max(1.0, box["height"] / 2))
-    page.wait_for_function("([step, old]) => { const t = document.querySelector("
-                           "`.ie-strip-text .ie-tok[data-step='${step}']`); return t && t.textContent !== old; }",
-                           arg=[last, page.text_content(f".ie-strip-text .ie-tok[data-step='{last}']")],
-                           timeout=30000)
+    page.wait_for_function(
+        "([step, old]) => { const t = document.querySelector("
+        "`.ie-strip-text .ie-tok[data-step='${step}']`); return t && t.textContent !== old; }",
+        arg=[last, page.text_content(f".ie-strip-text .ie-tok[data-step='{last}']")],
+        timeout=30000,
+    )
     bs.wait_quiet(page)
     page.wait_for_selector(bs.STEP_READY)
     assert bs.strip_text(page) != old
-    assert _token_at(page, last) == labels[pick], (labels[pick], _token_at(page, last), bs.message_text(page))
+    assert _token_at(page, last) == labels[pick], (
+        labels[pick],
+        _token_at(page, last),
+        bs.message_text(page),
+    )
     assert _steps_taken(page) >= n
 
 
@@ -330,8 +417,11 @@ def test_error_shows_a_message_and_the_next_step_works(page):
     box = page.locator(".ie-model-custom input")
     box.fill("nobody/no-such-model-for-explorer-tests")
     box.press("Enter")
-    page.wait_for_function("() => /not|no such|could not|cannot|error|unknown/i.test("
-                           "document.querySelector('.ie-message').innerText)", timeout=60000)
+    page.wait_for_function(
+        "() => /not|no such|could not|cannot|error|unknown/i.test("
+        "document.querySelector('.ie-message').innerText)",
+        timeout=60000,
+    )
     message = bs.message_text(page)
     assert "no-such-model" in message or "nobody" in message, message
     assert bs.strip_text(page) == strip and _steps_taken(page) == n  # the session and charts stayed
@@ -342,7 +432,9 @@ def test_error_shows_a_message_and_the_next_step_works(page):
     top_p = page.locator(".ie-top-p input")
     top_p.fill("1.5")
     top_p.press("Enter")
-    page.wait_for_function("() => /top.?p/i.test(document.querySelector('.ie-message').innerText)", timeout=30000)
+    page.wait_for_function(
+        "() => /top.?p/i.test(document.querySelector('.ie-message').innerText)", timeout=30000
+    )
     assert bs.strip_text(page) == after
     top_p.fill("1")
     top_p.press("Enter")
@@ -357,8 +449,11 @@ def test_rewind_restores_the_earlier_strip(page):
     assert bs.strip_text(page) != earlier
     for k in (n + 1, n):
         page.click("button.ie-rewind")
-        page.wait_for_function("(k) => document.querySelectorAll('.ie-strip-text .ie-tok').length === k", arg=k,
-                               timeout=30000)
+        page.wait_for_function(
+            "(k) => document.querySelectorAll('.ie-strip-text .ie-tok').length === k",
+            arg=k,
+            timeout=30000,
+        )
         bs.wait_quiet(page)
     assert bs.strip_text(page) == earlier and _steps_taken(page) == n
 
@@ -375,7 +470,9 @@ def test_screenshot_renders(page, tmp_path):
 
 
 def _kernel_id(page) -> str:
-    return page.evaluate("() => JSON.parse(document.getElementById('jupyter-config-data').textContent).kernelId")
+    return page.evaluate(
+        "() => JSON.parse(document.getElementById('jupyter-config-data').textContent).kernelId"
+    )
 
 
 def _kernel_process(app, kernel_id: str):
@@ -391,12 +488,18 @@ def test_closed_tab_kernel_is_reclaimed_and_open_tab_kept(page, context, app):
     theirs = _kernel_process(app, _kernel_id(other))
     assert theirs.pid != mine.pid
     idle_since = time.perf_counter()  # this tab's last message was before opening the other one
-    other.close(run_before_unload=True)  # Voila's shutdown beacon is refused (403); the culler must act
+    other.close(
+        run_before_unload=True
+    )  # Voila's shutdown beacon is refused (403); the culler must act
     theirs.wait(timeout=CULL_S + 30)
     assert not theirs.is_running()
-    time.sleep(max(0.0, CULL_S + 2 - (time.perf_counter() - idle_since)))  # idle past the timeout, yet kept:
+    time.sleep(
+        max(0.0, CULL_S + 2 - (time.perf_counter() - idle_since))
+    )  # idle past the timeout, yet kept:
     assert mine.is_running()  # it has a connection
-    assert app.wait_kernels(1 + app.pool_size, timeout_s=60) == 1 + app.pool_size  # this tab + the pool
+    assert (
+        app.wait_kernels(1 + app.pool_size, timeout_s=60) == 1 + app.pool_size
+    )  # this tab + the pool
     strip = bs.strip_text(page)
     assert _step(page).startswith(strip)
 
@@ -411,30 +514,40 @@ def test_charts_work_when_plotly_arrives_late(browser, app):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     held = []
     bs.answer_offline(ctx, app.url)
-    ctx.route("**/widgetbundle.js*", lambda route: held.append(route))  # the handler added last is asked first
+    ctx.route(
+        "**/widgetbundle.js*", lambda route: held.append(route)
+    )  # the handler added last is asked first
     try:
         page, _ = bs.open_dashboard(ctx, app.url, timeout_s=120)
         page.check(".ie-greedy input")
         n_before = bs.token_count(page)
         page.click(bs.STEP_READY)
-        page.wait_for_function("(n) => document.querySelectorAll('.ie-strip-text .ie-tok').length > n",
-                               arg=n_before, timeout=30000)
+        page.wait_for_function(
+            "(n) => document.querySelectorAll('.ie-strip-text .ie-tok').length > n",
+            arg=n_before,
+            timeout=30000,
+        )
         page.wait_for_timeout(4000)
         assert held, "the page never asked for plotly's bundle"
         assert page.locator(".ie-dist .bars path").count() == 0  # no chart can be drawn yet
         for route in held:
             route.continue_()
         try:
-            page.wait_for_function("() => document.querySelectorAll('.ie-dist .bars path').length > 0",
-                                   timeout=60000)
+            page.wait_for_function(
+                "() => document.querySelectorAll('.ie-dist .bars path').length > 0", timeout=60000
+            )
         except PlaywrightTimeout:
-            raise AssertionError("no bars in the distribution chart 60 s after plotly arrived") from None
+            raise AssertionError(
+                "no bars in the distribution chart 60 s after plotly arrived"
+            ) from None
         bars = bs.bar_boxes(page)
         assert bars, "the step taken before plotly arrived is not in the distribution chart"
         assert n_before + 1 == bs.token_count(page)
         before = bs.dist_signature(page)
         timed = bs.click_and_time(page, "step", timeout_ms=30000)
-        assert timed["dist_ms"] is not None, f"the distribution chart did not follow the next step: {timed}"
+        assert timed["dist_ms"] is not None, (
+            f"the distribution chart did not follow the next step: {timed}"
+        )
         assert bs.dist_signature(page) != before
         page.close(run_before_unload=True)
     finally:
@@ -445,7 +558,9 @@ def test_charts_work_when_plotly_arrives_late(browser, app):
 def test_a_page_whose_kernel_died_says_so(browser, app, page):
     """A kernel killed under a page (the OOM killer, a crash) must not leave a page that looks alive."""
     lost = ".ie-lost"
-    assert not page.locator(lost).is_visible()  # the long-lived page: beats heard all along, no banner
+    assert not page.locator(
+        lost
+    ).is_visible()  # the long-lived page: beats heard all along, no banner
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     bs.answer_offline(ctx, app.url)
     try:
@@ -469,17 +584,22 @@ def test_a_page_whose_kernel_died_says_so(browser, app, page):
 def test_shared_mode_offers_only_the_allow_list_and_states_capacity(browser, servers):
     server = servers[1]
     pattern = r"this machine can hold about (\d+) visitors \(one kernel ≈ (\d+) MB, (\d+) MB free\)"
-    deadline = time.time() + 60  # printed once the pool kernel is measured, right after it goes quiet
+    deadline = (
+        time.time() + 60
+    )  # printed once the pool kernel is measured, right after it goes quiet
     while (line := re.search(pattern, server.log())) is None and time.time() < deadline:
         time.sleep(0.5)
     assert line, server.log()[-2000:]
     visitors, kernel_mb, free_mb = map(int, line.groups())
     # visitors = free // kernel in bytes; the MB shown are rounded to +-0.5, so bound it by those
-    assert kernel_mb > 20 and free_mb / (kernel_mb + 0.5) - 1 <= visitors <= (free_mb + 0.5) / (kernel_mb - 0.5), \
-        line.group(0)
+    assert kernel_mb > 20 and free_mb / (kernel_mb + 0.5) - 1 <= visitors <= (free_mb + 0.5) / (
+        kernel_mb - 0.5
+    ), line.group(0)
     print(f"\n{line.group(0)}")
     env = server.kernels()[0].environ()
-    assert env.get("EXPLORER_SHARED") == "1" and env.get("EXPLORER_MODELS_CONFIG") == str(server.allow)
+    assert env.get("EXPLORER_SHARED") == "1" and env.get("EXPLORER_MODELS_CONFIG") == str(
+        server.allow
+    )
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     bs.answer_offline(ctx, server.url)
     page, _ = bs.open_dashboard(ctx, server.url, timeout_s=120)

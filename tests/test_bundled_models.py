@@ -18,8 +18,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-MODELS_DIR = Path(os.environ.get("BUNDLED_MODELS_DIR")
-                  or Path(__file__).resolve().parent.parent / "assets" / "models")
+MODELS_DIR = Path(
+    os.environ.get("BUNDLED_MODELS_DIR")
+    or Path(__file__).resolve().parent.parent / "assets" / "models"
+)
 NAMES = ("target", "draft")
 
 ROUND_TRIP_TEXTS = [
@@ -67,8 +69,13 @@ def unique_parameters(model: torch.nn.Module) -> int:
 def test_folders_are_self_contained() -> None:
     for name in NAMES:
         folder = MODELS_DIR / name
-        for file in ("config.json", "generation_config.json", "model.safetensors",
-                     "tokenizer.json", "tokenizer_config.json"):
+        for file in (
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        ):
             assert (folder / file).is_file(), f"{folder / file} missing"
 
 
@@ -105,7 +112,10 @@ def test_special_tokens(tokenizers: dict[str, Any], models: dict[str, Any]) -> N
         assert tok.bos_token == tok.eos_token == "<|endoftext|>"
         assert tok.pad_token == "<|pad|>"
         assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (
-            config.bos_token_id, config.eos_token_id, config.pad_token_id)
+            config.bos_token_id,
+            config.eos_token_id,
+            config.pad_token_id,
+        )
         assert tok("Return a new")["input_ids"][0] == tok.bos_token_id
 
 
@@ -130,23 +140,22 @@ def check_greedy(model: Any, tok: Any, sample: dict[str, Any]) -> None:
     inputs = tok(sample["prompt"], return_tensors="pt")
     assert inputs["input_ids"][0].tolist() == sample["prompt_ids"]
     with torch.no_grad():
-        out = model.generate(**inputs, do_sample=False,
-                             max_new_tokens=sample["max_new_tokens"])
-    new_ids = out[0, inputs["input_ids"].shape[1]:].tolist()
+        out = model.generate(**inputs, do_sample=False, max_new_tokens=sample["max_new_tokens"])
+    new_ids = out[0, inputs["input_ids"].shape[1] :].tolist()
     assert new_ids == sample["new_token_ids"]
     assert tok.decode(new_ids) == sample["text"]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_greedy_generate_reproduces_samples(models: dict[str, Any], tokenizers: dict[str, Any],
-                                            samples: dict[str, Any], name: str) -> None:
+def test_greedy_generate_reproduces_samples(
+    models: dict[str, Any], tokenizers: dict[str, Any], samples: dict[str, Any], name: str
+) -> None:
     assert samples[name], f"no samples recorded for {name}"
     for sample in samples[name]:
         check_greedy(models[name], tokenizers[name], sample)
 
 
-def test_training_record_matches_models(training: dict[str, Any],
-                                        models: dict[str, Any]) -> None:
+def test_training_record_matches_models(training: dict[str, Any], models: dict[str, Any]) -> None:
     vocab = training["tokenizer"]["vocab_size"]
     for name in NAMES:
         record = training["models"][name]
@@ -168,11 +177,15 @@ def test_models_are_trained(training: dict[str, Any]) -> None:
 def test_models_know_their_domain(models: dict[str, Any], tokenizers: dict[str, Any]) -> None:
     """Python-documentation text costs far fewer nats per token than a fairy tale (measured once
     here: about 4 vs 6.3 for both models; uniform guessing is ln(4096) = 8.3)."""
-    docs = ("Return a new list containing all items from the iterable in ascending order. "
-            "The return statement may only occur syntactically nested in a function "
-            "definition.")
-    story = ("Once upon a time, a little girl walked into the forest with her grandmother, and "
-             "they picked berries until the sun went down.")
+    docs = (
+        "Return a new list containing all items from the iterable in ascending order. "
+        "The return statement may only occur syntactically nested in a function "
+        "definition."
+    )
+    story = (
+        "Once upon a time, a little girl walked into the forest with her grandmother, and "
+        "they picked berries until the sun went down."
+    )
     for name in NAMES:
         losses = []
         for text in (docs, story):
@@ -182,8 +195,9 @@ def test_models_know_their_domain(models: dict[str, Any], tokenizers: dict[str, 
         assert losses[0] < 4.6 and losses[0] + 1.5 < losses[1], (name, losses)
 
 
-def test_model_card_is_written_from_the_records(training: dict[str, Any],
-                                                samples: dict[str, Any]) -> None:
+def test_model_card_is_written_from_the_records(
+    training: dict[str, Any], samples: dict[str, Any]
+) -> None:
     """assets/models/README.md is exactly what the training script writes from its records."""
     import importlib.util
     import sys

@@ -11,15 +11,16 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.initialization import no_init_weights
 
-from explorer import costs, hardware
+from explorer import costs
+from explorer.costs import hardware
 from explorer.engine import forward, kv_cache_bytes
-from explorer.loading import ARCH_DIR, arch_config, model_info
-from explorer.loading import arch_info as _arch_info
+from explorer.model.loader import ARCH_DIR, arch_config, model_info
+from explorer.model.loader import arch_info as _arch_info
 
 
 @functools.cache
 def arch_info(name: str, dtype: str = "float32"):
-    """explorer.loading.arch_info, once per shape (building even a meta-device model takes a moment)."""
+    """explorer.model.loader.arch_info, once per shape (building even a meta-device model takes a moment)."""
     return _arch_info(name, dtype)
 
 
@@ -37,8 +38,9 @@ def _cut_down(name: str, layers: int = 2):
     if big:
         config.intermediate_size = 64
     with no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if big else torch.float32,
-                                                 attn_implementation="eager")
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.bfloat16 if big else torch.float32, attn_implementation="eager"
+        )
     model.tie_weights()
     model.eval()
     return model, model_info(model, name=f"{name}-cut", source="arch", random_weights=True)
@@ -104,12 +106,18 @@ def test_flops_match_flop_counter(cut_down):
     cache = DynamicCache()
     matmul, scores = _counted_flops(model, ids, cache)  # prefill, all logits
     cost = costs.forward_cost(info, batch=2, tokens_fed=9, context_len=9)
-    modelled = cost.flops["flops/attention_proj"] + cost.flops["flops/mlp"] + cost.flops["flops/lm_head"]
+    modelled = (
+        cost.flops["flops/attention_proj"] + cost.flops["flops/mlp"] + cost.flops["flops/lm_head"]
+    )
     assert modelled == pytest.approx(matmul, rel=0.10)
-    assert cost.flops["flops/attention_scores"] == pytest.approx(scores, rel=0.10)  # eager attention: bmm
+    assert cost.flops["flops/attention_scores"] == pytest.approx(
+        scores, rel=0.10
+    )  # eager attention: bmm
     matmul, scores = _counted_flops(model, ids[:, :1], cache)  # decode at context 10
     cost = costs.forward_cost(info, batch=2, tokens_fed=1, context_len=10)
-    modelled = cost.flops["flops/attention_proj"] + cost.flops["flops/mlp"] + cost.flops["flops/lm_head"]
+    modelled = (
+        cost.flops["flops/attention_proj"] + cost.flops["flops/mlp"] + cost.flops["flops/lm_head"]
+    )
     assert modelled == pytest.approx(matmul, rel=0.10)
     assert cost.flops["flops/attention_scores"] == pytest.approx(scores, rel=0.10)
 
@@ -119,10 +127,16 @@ def test_last_logits_only_matches_flop_counter():
     ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
     with FlopCounterMode(display=False) as counter:
         forward(model, ids, DynamicCache(), last_only=True)
-    counted = sum(v for k, v in counter.get_flop_counts()["Global"].items() if str(k) in ("aten.mm", "aten.addmm"))
+    counted = sum(
+        v
+        for k, v in counter.get_flop_counts()["Global"].items()
+        if str(k) in ("aten.mm", "aten.addmm")
+    )
     cost = costs.forward_cost(info, batch=1, tokens_fed=6, context_len=6, logits_positions=1)
     assert cost.flops["flops/lm_head"] == 2 * info.hidden_size * info.vocab_size
-    modelled = cost.flops["flops/attention_proj"] + cost.flops["flops/mlp"] + cost.flops["flops/lm_head"]
+    modelled = (
+        cost.flops["flops/attention_proj"] + cost.flops["flops/mlp"] + cost.flops["flops/lm_head"]
+    )
     assert modelled == pytest.approx(counted, rel=0.10)
 
 
@@ -138,7 +152,9 @@ def test_decode_weight_reads_every_matrix_once_and_gathers_embedding_rows():
     assert cost.bytes["weights/embedding"] == 4 * info.hidden_size * 2  # 4 rows gathered, bf16
     tied = arch_info("qwen2.5-0.5b")
     cost = costs.forward_cost(tied, batch=1, tokens_fed=1, context_len=10)
-    assert cost.bytes["weights/lm_head"] == tied.vocab_size * tied.hidden_size * 4  # the shared matrix, once
+    assert (
+        cost.bytes["weights/lm_head"] == tied.vocab_size * tied.hidden_size * 4
+    )  # the shared matrix, once
     assert costs.parameter_bytes(tied)["weights/lm_head"] == 0
 
 
@@ -158,12 +174,17 @@ def test_kv_formula_and_no_cache_moves_no_kv():
     assert cost.bytes["kv_write"] == per_token * 3 * 2
     uncached = costs.forward_cost(info, batch=3, tokens_fed=50, context_len=50, use_cache=False)
     assert uncached.bytes["kv_read"] == uncached.bytes["kv_write"] == 0
-    assert uncached.flops["flops/attention_scores"] == 4 * 3 * info.attention_heads * info.head_dim * 50 * 50 * info.layers
+    assert (
+        uncached.flops["flops/attention_scores"]
+        == 4 * 3 * info.attention_heads * info.head_dim * 50 * 50 * info.layers
+    )
 
 
 def test_bytes_grow_with_context_and_flops_with_batch():
     info = arch_info("qwen2.5-0.5b")
-    short, long = (costs.forward_cost(info, batch=1, tokens_fed=1, context_len=L) for L in (16, 1024))
+    short, long = (
+        costs.forward_cost(info, batch=1, tokens_fed=1, context_len=L) for L in (16, 1024)
+    )
     assert long.total_bytes > short.total_bytes
     assert long.bytes["kv_read"] > short.bytes["kv_read"]
     assert long.total_flops > short.total_flops
@@ -182,8 +203,10 @@ def test_prefill_has_higher_intensity_than_decode():
 
 def test_generation_without_cache_grows_quadratically():
     info = arch_info("smollm2-135m")
+
     def totals(n, cache):
         return costs.generation_cost(info, prompt_len=8, new_tokens=n, use_cache=cache).total_flops
+
     cached_ratio = totals(512, True) / totals(256, True)
     uncached_ratio = totals(512, False) / totals(256, False)
     assert 1.8 < cached_ratio < 2.3  # linear (plus the small attention term)
@@ -191,14 +214,19 @@ def test_generation_without_cache_grows_quadratically():
     no_cache = costs.generation_cost(info, prompt_len=8, new_tokens=64, use_cache=False)
     assert no_cache.bytes["kv_read"] == 0 and len(no_cache.per_step_flops) == 64
     cached = costs.generation_cost(info, prompt_len=8, new_tokens=64)
-    assert cached.bytes["kv_write"] == info.kv_bytes_per_token * (8 + 63)  # every position written once
+    assert cached.bytes["kv_write"] == info.kv_bytes_per_token * (
+        8 + 63
+    )  # every position written once
 
 
 def test_step_roofline_contract():
     info = arch_info("qwen2.5-0.5b")
-    peaks = hardware.Peaks(device="test", dtype="float32", bandwidth_gbps=10.0, flops=1e11, method="modelled")
-    out = costs.step_roofline(info, batch=1, tokens_fed=1, context_len=64, use_cache=True, latency_s=0.5,
-                              peaks=peaks)
+    peaks = hardware.Peaks(
+        device="test", dtype="float32", bandwidth_gbps=10.0, flops=1e11, method="modelled"
+    )
+    out = costs.step_roofline(
+        info, batch=1, tokens_fed=1, context_len=64, use_cache=True, latency_s=0.5, peaks=peaks
+    )
     assert set(out) == {"flops", "bytes", "bound_s", "bound", "achieved_gbps", "pct_of_peak_bw"}
     counted = costs.bound_bytes(out["bytes"])
     assert counted < sum(out["bytes"].values())  # the activations estimate is shown, not counted
@@ -206,38 +234,63 @@ def test_step_roofline_contract():
     assert out["bound_s"] == pytest.approx(counted / 10e9)
     assert out["achieved_gbps"] == pytest.approx(counted / 0.5 / 1e9)
     assert out["pct_of_peak_bw"] == pytest.approx(100 * out["achieved_gbps"] / 10.0)
-    bare = costs.step_roofline(info, batch=1, tokens_fed=1, context_len=64, use_cache=True, latency_s=None)
-    assert bare["bound_s"] is bare["bound"] is bare["achieved_gbps"] is bare["pct_of_peak_bw"] is None
+    bare = costs.step_roofline(
+        info, batch=1, tokens_fed=1, context_len=64, use_cache=True, latency_s=None
+    )
+    assert (
+        bare["bound_s"] is bare["bound"] is bare["achieved_gbps"] is bare["pct_of_peak_bw"] is None
+    )
     assert bare["flops"] == out["flops"]
-    prefill = costs.step_roofline(info, batch=1, tokens_fed=2048, context_len=2048, use_cache=True,
-                                  latency_s=None, peaks=peaks)
+    prefill = costs.step_roofline(
+        info,
+        batch=1,
+        tokens_fed=2048,
+        context_len=2048,
+        use_cache=True,
+        latency_s=None,
+        peaks=peaks,
+    )
     assert prefill["bound"] == "compute"
     assert prefill["bound_s"] == pytest.approx(prefill["flops"] / 1e11)
 
 
 def test_decode_knee_is_where_the_bound_switches():
     info = arch_info("qwen2.5-0.5b")
-    peaks = hardware.Peaks(device="test", dtype="float32", bandwidth_gbps=10.0, flops=1e11, method="modelled")
+    peaks = hardware.Peaks(
+        device="test", dtype="float32", bandwidth_gbps=10.0, flops=1e11, method="modelled"
+    )
     knee = costs.decode_knee(info, context_len=128, peaks=peaks)
     assert knee is not None and knee > 1
+
     def bound(b):
-        return costs.step_roofline(info, batch=b, tokens_fed=1, context_len=128, use_cache=True,
-                                   latency_s=None, peaks=peaks)["bound"]
+        return costs.step_roofline(
+            info,
+            batch=b,
+            tokens_fed=1,
+            context_len=128,
+            use_cache=True,
+            latency_s=None,
+            peaks=peaks,
+        )["bound"]
+
     assert bound(knee - 1) == "memory" and bound(knee) == "compute"
     # a huge context makes the KV read per row outgrow the FLOPs per row: no knee
     assert costs.decode_knee(info, context_len=32768, peaks=peaks, max_batch=4096) is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(batch=0, tokens_fed=1, context_len=1), "batch"),
-    (dict(batch=-2, tokens_fed=1, context_len=1), "batch"),
-    (dict(batch=1, tokens_fed=0, context_len=1), "tokens_fed"),
-    (dict(batch=1, tokens_fed=5, context_len=4), "cannot exceed"),
-    (dict(batch=1, tokens_fed=1, context_len=10**6), "exceeds the model's"),
-    (dict(batch=1.5, tokens_fed=1, context_len=4), "batch"),
-    (dict(batch=1, tokens_fed=1, context_len=4, use_cache=False), "whole sequence"),
-    (dict(batch=1, tokens_fed=4, context_len=4, logits_positions=5), "logits_positions"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(batch=0, tokens_fed=1, context_len=1), "batch"),
+        (dict(batch=-2, tokens_fed=1, context_len=1), "batch"),
+        (dict(batch=1, tokens_fed=0, context_len=1), "tokens_fed"),
+        (dict(batch=1, tokens_fed=5, context_len=4), "cannot exceed"),
+        (dict(batch=1, tokens_fed=1, context_len=10**6), "exceeds the model's"),
+        (dict(batch=1.5, tokens_fed=1, context_len=4), "batch"),
+        (dict(batch=1, tokens_fed=1, context_len=4, use_cache=False), "whole sequence"),
+        (dict(batch=1, tokens_fed=4, context_len=4, logits_positions=5), "logits_positions"),
+    ],
+)
 def test_bad_sizes_raise_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         costs.forward_cost(arch_info("smollm2-135m"), **kwargs)
@@ -278,7 +331,9 @@ def _assert_never_under_bound(steps):
     assert steps
     for s in steps:
         assert s.bound_s is not None and s.latency_s > 0
-        assert s.latency_s >= s.bound_s, f"step {s.index} measured {s.latency_s:.6f}s under its bound {s.bound_s:.6f}s"
+        assert s.latency_s >= s.bound_s, (
+            f"step {s.index} measured {s.latency_s:.6f}s under its bound {s.bound_s:.6f}s"
+        )
         assert s.achieved_gbps == pytest.approx(costs.bound_bytes(s.bytes) / s.latency_s / 1e9)
 
 
@@ -306,14 +361,36 @@ def test_cli_cost_prints_parts(capsys):
 
     from explorer.cli import main
 
-    assert main(["cost", "--model", "arch:llama-3.1-8b", "--dtype", "bf16", "--chip", "H100 SXM", "--batch", "8",
-                 "--context", "1024", "--json"]) == 0
+    assert (
+        main(
+            [
+                "cost",
+                "--model",
+                "arch:llama-3.1-8b",
+                "--dtype",
+                "bf16",
+                "--chip",
+                "H100 SXM",
+                "--batch",
+                "8",
+                "--context",
+                "1024",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     info = arch_info("llama-3.1-8b", "bfloat16")
     expected = costs.forward_cost(info, batch=8, tokens_fed=1, context_len=1024, logits_positions=1)
     assert out["bytes"] == expected.bytes and out["total_flops"] == expected.total_flops
     assert out["peaks"]["method"] == "modelled" and out["bound"] == "memory"
-    assert main(["cost", "--model", "arch:gpt2", "--context", "64", "--no-cache", "--chip", "A100 80GB"]) == 0
+    assert (
+        main(
+            ["cost", "--model", "arch:gpt2", "--context", "64", "--no-cache", "--chip", "A100 80GB"]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "weights/position_embedding" in text and "kv_read" in text
     assert "(compute-bound)" in text  # no cache: fp32 GPT-2 recomputing 64 positions on an A100

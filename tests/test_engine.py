@@ -10,20 +10,34 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from explorer import Sampling, Session
 from explorer.engine import SessionDone, crop_cache, forward, kv_cache_bytes
-from explorer.loading import LoadedModel, model_info
+from explorer.model.loader import LoadedModel, model_info
 
 PROMPT = "The return statement"
 
 
-def tiny_lm(vocab: int = 512, positions: int = 64, seed: int = 0, eos: int | None = None) -> LoadedModel:
+def tiny_lm(
+    vocab: int = 512, positions: int = 64, seed: int = 0, eos: int | None = None
+) -> LoadedModel:
     """A random 2-layer GQA Llama with no tokenizer (text shows as <id>)."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=positions,
-                      bos_token_id=None, eos_token_id=eos, pad_token_id=None, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=vocab,
+        max_position_embeddings=positions,
+        bos_token_id=None,
+        eos_token_id=eos,
+        pad_token_id=None,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.eos_token_id = eos
-    return LoadedModel(model, None, model_info(model, name="tiny", source="arch", random_weights=True))
+    return LoadedModel(
+        model, None, model_info(model, name="tiny", source="arch", random_weights=True)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +47,14 @@ def tiny():
 
 def snapshot(s: Session) -> dict:
     """Everything observable about a session's state (to check an error left it unchanged)."""
-    return {"tokens": s.tokens, "steps": [st.to_dict() for st in s.steps], "done": s.done,
-            "cache": None if s._cache is None else s._cache.get_seq_length(), "sampling": s.sampling.to_dict(),
-            "gen": s._gen.get_state().clone()}
+    return {
+        "tokens": s.tokens,
+        "steps": [st.to_dict() for st in s.steps],
+        "done": s.done,
+        "cache": None if s._cache is None else s._cache.get_seq_length(),
+        "sampling": s.sampling.to_dict(),
+        "gen": s._gen.get_state().clone(),
+    }
 
 
 def assert_unchanged(s: Session, before: dict) -> None:
@@ -71,7 +90,9 @@ def test_forward_left_padding_gives_the_single_row_logits(tiny):
     alone, _ = forward(tiny.model, short, None)
     assert torch.allclose(lb[1, 4:], alone[0], atol=1e-5)
     nxt = torch.tensor([[5], [5]])
-    step_b, _ = forward(tiny.model, nxt, cache, torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], 1))
+    step_b, _ = forward(
+        tiny.model, nxt, cache, torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], 1)
+    )
     step_a, _ = forward(tiny.model, torch.cat([short, nxt[:1]], 1), None)
     assert torch.allclose(step_b[1, -1], step_a[0, -1], atol=1e-5)
     with pytest.raises(ValueError, match="attention_mask covers"):
@@ -95,11 +116,13 @@ def test_kv_cache_bytes_and_crop(tiny):
 
 
 def test_greedy_session_equals_generate_over_64_tokens(target):
-    s = Session(target, PROMPT, Sampling(greedy=True), max_new_tokens=64, stop_at_eos=False, roofline=False)
+    s = Session(
+        target, PROMPT, Sampling(greedy=True), max_new_tokens=64, stop_at_eos=False, roofline=False
+    )
     steps = s.run()
     inputs = target.tokenizer(PROMPT, return_tensors="pt")
     ref = target.model.generate(**inputs, do_sample=False, max_new_tokens=64, min_new_tokens=64)
-    gen = ref[0, inputs["input_ids"].shape[1]:].tolist()
+    gen = ref[0, inputs["input_ids"].shape[1] :].tolist()
     eos = target.tokenizer.eos_token_id
     # min_new_tokens masks EOS in generate() while the session (stop_at_eos=False) may pick it:
     # the two agree up to the first EOS either side, and may differ after it
@@ -113,9 +136,18 @@ def test_greedy_session_equals_generate_over_64_tokens(target):
 
 
 def test_cached_and_uncached_logits_agree_at_every_step(target):
-    on = Session(target, PROMPT, Sampling(greedy=True), max_new_tokens=24, roofline=False, stop_at_eos=False)
-    off = Session(target, PROMPT, Sampling(greedy=True), max_new_tokens=24, use_cache=False, roofline=False,
-                  stop_at_eos=False)
+    on = Session(
+        target, PROMPT, Sampling(greedy=True), max_new_tokens=24, roofline=False, stop_at_eos=False
+    )
+    off = Session(
+        target,
+        PROMPT,
+        Sampling(greedy=True),
+        max_new_tokens=24,
+        use_cache=False,
+        roofline=False,
+        stop_at_eos=False,
+    )
     p = len(on.trace.prompt_ids)
     for i in range(24):
         a, b = on.step(), off.step()
@@ -136,7 +168,9 @@ def test_rewind_then_choose_equals_a_fresh_session_fed_the_same_tokens(target):
     forced = s.choose(alt)
     assert forced.forced and forced.token_id == alt and forced.draw["u"] is None
     s.step()
-    fresh = Session(target, s.trace.prompt_ids + s.tokens[:-1], Sampling(seed=3, top_k=50), roofline=False)
+    fresh = Session(
+        target, s.trace.prompt_ids + s.tokens[:-1], Sampling(seed=3, top_k=50), roofline=False
+    )
     fresh.step()
     assert torch.allclose(s.distribution()["logits"], fresh.distribution()["logits"], atol=1e-4)
 
@@ -145,11 +179,17 @@ def test_rewind_then_choose_equals_a_fresh_session_fed_the_same_tokens(target):
 
 
 def test_same_seed_same_tokens_and_rewind_replays(tiny):
-    a = Session(tiny, [1, 2, 3], Sampling(seed=42, temperature=1.2), max_new_tokens=20, roofline=False)
-    b = Session(tiny, [1, 2, 3], Sampling(seed=42, temperature=1.2), max_new_tokens=20, roofline=False)
+    a = Session(
+        tiny, [1, 2, 3], Sampling(seed=42, temperature=1.2), max_new_tokens=20, roofline=False
+    )
+    b = Session(
+        tiny, [1, 2, 3], Sampling(seed=42, temperature=1.2), max_new_tokens=20, roofline=False
+    )
     a.run(), b.run()
     assert a.tokens == b.tokens
-    c = Session(tiny, [1, 2, 3], Sampling(seed=43, temperature=1.2), max_new_tokens=20, roofline=False)
+    c = Session(
+        tiny, [1, 2, 3], Sampling(seed=43, temperature=1.2), max_new_tokens=20, roofline=False
+    )
     c.run()
     assert c.tokens != a.tokens
     first = a.tokens
@@ -206,14 +246,22 @@ def test_choose_records_the_forced_tokens_probabilities(tiny):
 
 
 def test_step_records_every_field(tiny):
-    s = Session(tiny, [3, 1, 4, 1, 5], Sampling(temperature=0.8, top_k=10, top_p=0.9, seed=0), top_n=6)
+    s = Session(
+        tiny, [3, 1, 4, 1, 5], Sampling(temperature=0.8, top_k=10, top_p=0.9, seed=0), top_n=6
+    )
     st = s.step()
     dist = s.distribution()
     assert st.index == 0 and st.phase == "prefill" and st.tokens_fed == 5 and st.context_len == 5
     assert st.token_text == f"<{st.token_id}>" and st.device == "cpu" and st.dtype == "float32"
     assert len(st.top) == 6 and [t["id"] for t in st.top] == dist["raw"].topk(6).indices.tolist()
     assert all(set(t) == {"id", "text", "raw", "final"} for t in st.top)
-    assert [d["name"] for d in st.stages] == ["repetition_penalty", "temperature", "top_k", "top_p", "min_p"]
+    assert [d["name"] for d in st.stages] == [
+        "repetition_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+    ]
     assert st.stages[2]["kept"] == 10 and st.stages[3]["kept"] <= 10
     assert st.prob_final == pytest.approx(dist["final"][st.token_id].item(), abs=1e-6)
     assert float(dist["final"].sum()) == pytest.approx(1.0, abs=1e-5)
@@ -221,14 +269,24 @@ def test_step_records_every_field(tiny):
     assert st.draw["cdf_lo"] <= st.draw["u"] <= st.draw["cdf_hi"] + 1e-6
     assert 0 < st.entropy_final < st.entropy_raw
     assert st.latency_s > 0 and st.kv_cache_bytes == 5 * tiny.info.kv_bytes_per_token
-    assert st.flops > 0 and set(st.bytes) >= {"kv_write", "weights/mlp"} and st.bound in ("memory", "compute")
+    assert (
+        st.flops > 0
+        and set(st.bytes) >= {"kv_write", "weights/mlp"}
+        and st.bound in ("memory", "compute")
+    )
     assert st.achieved_gbps > 0 and st.bound_s > 0 and s.trace.hardware["bandwidth_gbps"] > 0
     assert s.step().kv_cache_bytes == 6 * tiny.info.kv_bytes_per_token
 
 
 def test_roofline_false_skips_the_peaks_but_keeps_the_model(tiny):
     st = Session(tiny, [1], roofline=False).step()
-    assert st.flops > 0 and st.bytes and st.bound is None and st.bound_s is None and st.pct_of_peak_bw is None
+    assert (
+        st.flops > 0
+        and st.bytes
+        and st.bound is None
+        and st.bound_s is None
+        and st.pct_of_peak_bw is None
+    )
 
 
 def test_step_json_stays_small_for_a_150k_vocabulary():
@@ -267,7 +325,9 @@ def test_batch_rows_equal_single_prompt_runs(tiny):
         single = Session(tiny, p, Sampling(greedy=True), max_new_tokens=8, roofline=False)
         single.run()
         assert batch.row_tokens[r] == single.tokens
-        assert torch.allclose(batch.distribution(row=r)["logits"], single.distribution()["logits"], atol=1e-4)
+        assert torch.allclose(
+            batch.distribution(row=r)["logits"], single.distribution()["logits"], atol=1e-4
+        )
     assert batch.steps[-1].kv_cache_bytes == 3 * (5 + 7) * tiny.info.kv_bytes_per_token
 
 
@@ -281,7 +341,9 @@ def test_batch_size_copies_one_prompt_and_samples_rows_independently(tiny):
 
 def test_batch_stops_when_every_row_has_produced_eos():
     lm = tiny_lm(seed=2)
-    probe = Session(lm, [[1, 2], [3, 4, 5]], Sampling(greedy=True), max_new_tokens=6, roofline=False)
+    probe = Session(
+        lm, [[1, 2], [3, 4, 5]], Sampling(greedy=True), max_new_tokens=6, roofline=False
+    )
     probe.run()
     eos = probe.row_tokens[1][2]
     lm.model.generation_config.eos_token_id = eos
@@ -292,7 +354,9 @@ def test_batch_stops_when_every_row_has_produced_eos():
     if eos in s.row_tokens[0]:
         assert s.stop_reason == "eos"
     else:
-        assert s.stop_reason == "max_new_tokens" and all(t == s._pad for t in row1[row1.index(eos) + 1:])
+        assert s.stop_reason == "max_new_tokens" and all(
+            t == s._pad for t in row1[row1.index(eos) + 1 :]
+        )
 
 
 # --- stopping ---------------------------------------------------------------------------------------
@@ -304,7 +368,11 @@ def test_eos_stops_with_its_reason():
     lm.model.generation_config.eos_token_id = first
     s = Session(lm, [7, 7, 7], Sampling(greedy=True), max_new_tokens=30, roofline=False)
     steps = s.run()
-    assert len(steps) == 1 and s.done and s.stop_reason == "eos" == steps[0].stop == s.trace.stop_reason
+    assert (
+        len(steps) == 1
+        and s.done
+        and s.stop_reason == "eos" == steps[0].stop == s.trace.stop_reason
+    )
     with pytest.raises(SessionDone, match="eos"):
         s.step()
     assert s.run(5) == [] and list(s) == []
@@ -352,10 +420,16 @@ def test_prompt_longer_than_the_model_names_both_lengths():
         Session(small, list(range(12)))
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"top_n": -1}, "top_n"), ({"max_new_tokens": 0}, "max_new_tokens"), ({"batch_size": 0}, "batch_size"),
-    ({"sampling": "greedy"}, "sampling"), ({"top_n": 2.5}, "top_n"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"top_n": -1}, "top_n"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"sampling": "greedy"}, "sampling"),
+        ({"top_n": 2.5}, "top_n"),
+    ],
+)
 def test_invalid_session_arguments(tiny, kwargs, words):
     with pytest.raises(ValueError, match=words):
         Session(tiny, [1, 2], **kwargs)
@@ -377,8 +451,15 @@ def test_choose_outside_the_vocabulary_leaves_the_session_unchanged(tiny, bad):
     assert_unchanged(s, before)
 
 
-@pytest.mark.parametrize("call", [lambda s: s.rewind(5), lambda s: s.rewind(-1), lambda s: s.run(-2),
-                                  lambda s: s.distribution(row=3)])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.rewind(5),
+        lambda s: s.rewind(-1),
+        lambda s: s.run(-2),
+        lambda s: s.distribution(row=3),
+    ],
+)
 def test_bad_calls_leave_the_session_unchanged(tiny, call):
     s = Session(tiny, [1, 2, 3], Sampling(seed=0), roofline=False)
     s.run(3)
@@ -429,15 +510,40 @@ def test_overhead_benchmark_reports_both_medians_and_the_ratio(tiny):
 def test_cli_generate_table_and_json(target, capsys):
     from explorer.cli import main
 
-    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "5", "--greedy", "--no-roofline"]) == 0
+    assert (
+        main(["generate", "--prompt", PROMPT, "--max-new-tokens", "5", "--greedy", "--no-roofline"])
+        == 0
+    )
     table = capsys.readouterr().out
     assert "prefill" in table and "latency ms" in table and "stop: max_new_tokens" in table
     assert len([line for line in table.splitlines() if line.strip()[:1].isdigit()]) == 5
-    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "4", "--seed", "1", "--top-k", "5",
-                 "--no-cache", "--top-n", "3", "--json"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--prompt",
+                PROMPT,
+                "--max-new-tokens",
+                "4",
+                "--seed",
+                "1",
+                "--top-k",
+                "5",
+                "--no-cache",
+                "--top-n",
+                "3",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert {"prompt", "settings", "model", "steps"} <= set(d) and len(d["steps"]) == 4
-    assert d["settings"]["use_cache"] is False and d["settings"]["top_k"] == 5 and len(d["steps"][0]["top"]) == 3
+    assert (
+        d["settings"]["use_cache"] is False
+        and d["settings"]["top_k"] == 5
+        and len(d["steps"][0]["top"]) == 3
+    )
     assert d["steps"][0]["flops"] > 0 and d["steps"][0]["bound"] in ("memory", "compute")
 
 
@@ -446,7 +552,10 @@ def test_cli_bad_settings_are_one_clear_line(capsys):
 
     assert main(["generate", "--prompt", "x", "--top-p", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("explorer: top_p must be in (0, 1]") and len(err.strip().splitlines()) == 1
+    assert (
+        err.startswith("explorer: top_p must be a number > 0 and <= 1, got 0.0")
+        and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_cli_bench_overhead_json(capsys):
@@ -454,10 +563,31 @@ def test_cli_bench_overhead_json(capsys):
 
     threads = torch.get_num_threads()
     try:
-        assert main(["bench", "overhead", "--model", "bundled:draft", "--new-tokens", "4", "--repeats", "1",
-                     "--threads", "1", "--json"]) == 0
+        assert (
+            main(
+                [
+                    "bench",
+                    "overhead",
+                    "--model",
+                    "bundled:draft",
+                    "--new-tokens",
+                    "4",
+                    "--repeats",
+                    "1",
+                    "--threads",
+                    "1",
+                    "--json",
+                ]
+            )
+            == 0
+        )
     finally:
         torch.set_num_threads(threads)
     d = json.loads(capsys.readouterr().out)
-    assert d["ratio"] > 0 and d["new_tokens"] == 4 and d["model"] == "bundled:draft" and d["threads"] == 1
+    assert (
+        d["ratio"] > 0
+        and d["new_tokens"] == 4
+        and d["model"] == "bundled:draft"
+        and d["threads"] == 1
+    )
     assert main(["bench", "overhead", "--threads", "0"]) == 2

@@ -7,10 +7,21 @@ import json
 import pytest
 import torch
 
-from explorer import costs, hardware
-from explorer.loading import arch_info
+from explorer import costs
+from explorer.costs import hardware
+from explorer.model.loader import arch_info
 
-REQUIRED_CHIPS = ["H200", "H100 SXM", "A100 80GB", "L4", "T4", "RTX 4090", "Apple M2", "Apple M3 Max", "Laptop CPU"]
+REQUIRED_CHIPS = [
+    "H200",
+    "H100 SXM",
+    "A100 80GB",
+    "L4",
+    "T4",
+    "RTX 4090",
+    "Apple M2",
+    "Apple M3 Max",
+    "Laptop CPU",
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +64,11 @@ def test_known_chips_have_sources():
         assert chip.bandwidth_gbps > 0 and chip.fp32_tflops > 0 and chip.source
     # ordering sanity from the datasheets
     chips = hardware.KNOWN_CHIPS
-    assert chips["H200"].bandwidth_gbps > chips["H100 SXM"].bandwidth_gbps > chips["A100 80GB"].bandwidth_gbps
+    assert (
+        chips["H200"].bandwidth_gbps
+        > chips["H100 SXM"].bandwidth_gbps
+        > chips["A100 80GB"].bandwidth_gbps
+    )
     assert chips["H100 SXM"].bf16_tflops > chips["A100 80GB"].bf16_tflops > chips["L4"].bf16_tflops
 
 
@@ -70,26 +85,52 @@ def test_chip_peaks_are_labelled_modelled():
 
 def test_what_would_this_step_cost_there():
     info = arch_info("llama-3.1-8b", "bfloat16")
-    out = {name: costs.step_roofline(info, batch=1, tokens_fed=1, context_len=1024, use_cache=True,
-                                     latency_s=None, peaks=hardware.chip_peaks(name, "bfloat16"))
-           for name in ("H200", "A100 80GB")}
+    out = {
+        name: costs.step_roofline(
+            info,
+            batch=1,
+            tokens_fed=1,
+            context_len=1024,
+            use_cache=True,
+            latency_s=None,
+            peaks=hardware.chip_peaks(name, "bfloat16"),
+        )
+        for name in ("H200", "A100 80GB")
+    }
     assert out["H200"]["bound"] == out["A100 80GB"]["bound"] == "memory"  # decode at B=1
     ratio = out["A100 80GB"]["bound_s"] / out["H200"]["bound_s"]
     assert ratio == pytest.approx(4800 / 2039)  # memory-bound: time scales with 1 / bandwidth
 
 
 def test_bandwidth_for_uses_cache_speed_only_when_it_fits():
-    p = hardware.Peaks(device="x", dtype="float32", bandwidth_gbps=10, flops=1e11, method="modelled",
-                       cache_gbps=50, cache_bytes=1 << 20, bound_gbps=12)
+    p = hardware.Peaks(
+        device="x",
+        dtype="float32",
+        bandwidth_gbps=10,
+        flops=1e11,
+        method="modelled",
+        cache_gbps=50,
+        cache_bytes=1 << 20,
+        bound_gbps=12,
+    )
     assert p.bandwidth_for(1 << 19) == 50
     assert p.bandwidth_for(1 << 21) == 12
-    bare = hardware.Peaks(device="x", dtype="float32", bandwidth_gbps=10, flops=1e11, method="modelled")
+    bare = hardware.Peaks(
+        device="x", dtype="float32", bandwidth_gbps=10, flops=1e11, method="modelled"
+    )
     assert bare.bandwidth_for(1) == 10 and bare.roofline_flops == 1e11
 
 
-def test_last_level_cache_is_read_or_none():
+def test_last_level_cache_is_read_where_sysfs_has_it():
+    import os
+
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    if not os.path.isdir(base) or not any(e.startswith("index") for e in os.listdir(base)):
+        pytest.skip(
+            f"{base} does not list the CPU caches on this machine: the size is unknown here"
+        )
     llc = hardware.last_level_cache_bytes(torch.device("cpu"))
-    assert llc is None or llc >= 1 << 16
+    assert llc is not None and llc >= 1 << 16
 
 
 def test_cli_hardware(capsys, peaks):

@@ -9,11 +9,17 @@ import pytest
 import torch
 
 from explorer import ModelNotFoundError, available_models, load
-from explorer.loading import ARCH_DIR, arch_info
+from explorer.model.loader import ARCH_DIR, arch_info
 
 # Published sizes of the real checkpoints (their model cards), in parameters.
-PUBLISHED = {"gpt2": 124.4e6, "smollm2-135m": 134.5e6, "qwen2.5-0.5b": 494.0e6, "llama-3.2-1b": 1235.8e6,
-             "llama-3.1-8b": 8030.3e6, "mistral-7b": 7248.0e6}
+PUBLISHED = {
+    "gpt2": 124.4e6,
+    "smollm2-135m": 134.5e6,
+    "qwen2.5-0.5b": 494.0e6,
+    "llama-3.2-1b": 1235.8e6,
+    "llama-3.1-8b": 8030.3e6,
+    "mistral-7b": 7248.0e6,
+}
 
 
 def test_available_models_lists_bundled_and_every_architecture():
@@ -84,7 +90,9 @@ def test_bundled_target_info(target):
     assert target.tokenizer.decode(ids[1:]) == "The return statement"
 
 
-@pytest.mark.parametrize("name", ["bundled:nope", "arch:gpt-99", "no-such-org/no-such-model-xyz", "./missing/folder"])
+@pytest.mark.parametrize(
+    "name", ["bundled:nope", "arch:gpt-99", "no-such-org/no-such-model-xyz", "./missing/folder"]
+)
 def test_unknown_model_gives_one_clear_error(name):
     with pytest.raises(ModelNotFoundError) as err:
         load(name)

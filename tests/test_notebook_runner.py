@@ -8,7 +8,13 @@ from queue import Empty
 
 import nbformat
 import pytest
-from notebook_runner import POLL_SLICE_S, NotebookCellTimeout, NotebookRunner, next_message, reply_lag
+from notebook_runner import (
+    POLL_SLICE_S,
+    NotebookCellTimeout,
+    NotebookRunner,
+    next_message,
+    reply_lag,
+)
 
 
 class MissedWakeChannel:
@@ -69,12 +75,16 @@ def test_reply_lag_reads_the_header_date():
 @pytest.mark.notebook
 def test_a_hanging_cell_fails_loudly_within_its_timeout():
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("x = 1"),
-                nbformat.v4.new_code_cell("# wait forever\nimport time\ntime.sleep(120)")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("# wait forever\nimport time\ntime.sleep(120)"),
+    ]
     runner = NotebookRunner(nb, name="hang.ipynb", timeout=4, kernel_name="python3")
     t0 = time.monotonic()
     with pytest.raises(NotebookCellTimeout) as info:
         runner.execute()
     text = str(info.value)
-    assert "hang.ipynb" in text and "cell 1" in text and "'# wait forever'" in text and "4 s" in text
+    assert (
+        "hang.ipynb" in text and "cell 1" in text and "'# wait forever'" in text and "4 s" in text
+    )
     assert time.monotonic() - t0 < 60  # kernel start + 4 s, not the 120 s sleep

@@ -101,9 +101,15 @@ def execute(path: Path) -> tuple[dict, float, object]:
     now = time.perf_counter
 
     def mark(what):
-        return lambda cell=None, cell_index=None, **_: marks.setdefault(cell_index, {}).__setitem__(what, now())
+        return lambda cell=None, cell_index=None, **_: marks.setdefault(cell_index, {}).__setitem__(
+            what, now()
+        )
 
-    client.on_cell_start, client.on_cell_complete, client.on_cell_executed = mark("start"), mark("sent"), mark("done")
+    client.on_cell_start, client.on_cell_complete, client.on_cell_executed = (
+        mark("start"),
+        mark("sent"),
+        mark("done"),
+    )
     client.on_notebook_start = lambda **_: marks.__setitem__("kernel_ready", now())
     client.on_notebook_complete = lambda **_: marks.__setitem__("shut_down", now())
     t0 = now()
@@ -112,12 +118,18 @@ def execute(path: Path) -> tuple[dict, float, object]:
     finally:
         cells = {i: m for i, m in marks.items() if isinstance(i, int) and "sent" in m}  # code cells
         nb.metadata["explorer_cell_seconds"] = {
-            i: [round(m.get("sent", m["start"]) - m["start"], 3), round(m.get("done", now()) - m["start"], 3)]
-            for i, m in cells.items()}
+            i: [
+                round(m.get("sent", m["start"]) - m["start"], 3),
+                round(m.get("done", now()) - m["start"], 3),
+            ]
+            for i, m in cells.items()
+        }
         last = max((m.get("done", 0) for m in cells.values()), default=t0)
-        nb.metadata["explorer_phases"] = {"kernel_start": round(marks.get("kernel_ready", t0) - t0, 2),
-                                          "cells": round(last - marks.get("kernel_ready", t0), 2),
-                                          "shutdown": round(marks.get("shut_down", now()) - last, 2)}
+        nb.metadata["explorer_phases"] = {
+            "kernel_start": round(marks.get("kernel_ready", t0) - t0, 2),
+            "cells": round(last - marks.get("kernel_ready", t0), 2),
+            "shutdown": round(marks.get("shut_down", now()) - last, 2),
+        }
         lags = [lag for lag in client.reply_lags.values() if lag is not None]
         nb.metadata["explorer_max_reply_lag_s"] = round(max(lags), 3) if lags else None
     return read_facts(nb), now() - t0, nb
@@ -296,8 +308,10 @@ def test_notebook_runs_and_teaches(path: Path, record_property, busy_loops):
     phases = ran.metadata["explorer_phases"]
     slowest = sorted(ran.metadata["explorer_cell_seconds"].items(), key=lambda kv: -kv[1][1])[:3]
     lag = ran.metadata["explorer_max_reply_lag_s"]
-    timing = (f"{path.name}: {seconds:.1f} s; {phases}; slowest cells (index: [send, reply] s): "
-              f"{dict(slowest)}; max reply lag {lag} s; busy loops {busy_loops}")
+    timing = (
+        f"{path.name}: {seconds:.1f} s; {phases}; slowest cells (index: [send, reply] s): "
+        f"{dict(slowest)}; max reply lag {lag} s; busy loops {busy_loops}"
+    )
     record_property("timing", timing)  # printed at the end of every run (tests/conftest.py)
     print(timing)
     CHECKS[path.name[:2]](facts)

@@ -20,7 +20,9 @@ def test_environment_yml_matches_pyproject():
     wanted = {_norm(r) for r in project["dependencies"] + extras["test"] + extras["lab"]}
     lines = (ROOT / "environment.yml").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == "- pip:")
-    pip_deps = {_norm(line.strip()[2:]) for line in lines[start + 1:] if line.strip().startswith("- ")}
+    pip_deps = {
+        _norm(line.strip()[2:]) for line in lines[start + 1 :] if line.strip().startswith("- ")
+    }
     assert pip_deps == wanted
 
 

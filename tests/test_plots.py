@@ -8,32 +8,77 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from explorer import plots
-from explorer.trace import Step, Trace
+from explorer import plots, sweeps
+from explorer.engine.trace import Step, Trace
 
-PEAKS = {"bandwidth_gbps": 10.0, "flops": 1e11, "device": "cpu", "dtype": "float32", "method": "measured"}
+PEAKS = {
+    "bandwidth_gbps": 10.0,
+    "flops": 1e11,
+    "device": "cpu",
+    "dtype": "float32",
+    "method": "measured",
+}
 
 
 def make_step(i: int, *, forced: bool = False, greedy: bool = False, n_top: int = 5) -> Step:
-    top = [{"id": 100 + j, "text": f" w{j}", "raw": 0.4 / (j + 1), "final": 0.5 / (j + 1)} for j in range(n_top)]
+    top = [
+        {"id": 100 + j, "text": f" w{j}", "raw": 0.4 / (j + 1), "final": 0.5 / (j + 1)}
+        for j in range(n_top)
+    ]
     chosen = top[i % n_top]
-    draw = {"u": None if greedy else 0.3 + 0.01 * i, "cdf_lo": 0.2, "cdf_hi": 0.45, "greedy": greedy}
-    return Step(index=i, phase="prefill" if i == 0 else "decode", tokens_fed=6 if i == 0 else 1,
-                context_len=6 + i, token_id=chosen["id"], token_text=chosen["text"], forced=forced,
-                prob_raw=chosen["raw"], prob_final=chosen["final"], rank_raw=i % n_top, rank_final=i % n_top,
-                entropy_raw=1.5 + 0.1 * i, entropy_final=1.0 + 0.1 * i, top=top,
-                stages=[{"name": "repetition_penalty", "mass": 1.0, "kept": 4096},
-                        {"name": "top_k", "mass": 0.8, "kept": 40}, {"name": "top_p", "mass": 0.9, "kept": 12}],
-                draw=draw, latency_s=(0.02 if i == 0 else 0.005 + 0.0001 * i), kv_cache_bytes=4096 * (7 + i),
-                flops=2e7 * (6 if i == 0 else 1),
-                bytes={"weights/attention": 1e6, "weights/mlp": 2e6, "weights/lm_head": 5e5, "kv_read": 1e3 * i,
-                       "kv_write": 512.0, "activations": 256.0},
-                achieved_gbps=None if i % 2 else 0.7)
+    draw = {
+        "u": None if greedy else 0.3 + 0.01 * i,
+        "cdf_lo": 0.2,
+        "cdf_hi": 0.45,
+        "greedy": greedy,
+    }
+    return Step(
+        index=i,
+        phase="prefill" if i == 0 else "decode",
+        tokens_fed=6 if i == 0 else 1,
+        context_len=6 + i,
+        token_id=chosen["id"],
+        token_text=chosen["text"],
+        forced=forced,
+        prob_raw=chosen["raw"],
+        prob_final=chosen["final"],
+        rank_raw=i % n_top,
+        rank_final=i % n_top,
+        entropy_raw=1.5 + 0.1 * i,
+        entropy_final=1.0 + 0.1 * i,
+        top=top,
+        stages=[
+            {"name": "repetition_penalty", "mass": 1.0, "kept": 4096},
+            {"name": "top_k", "mass": 0.8, "kept": 40},
+            {"name": "top_p", "mass": 0.9, "kept": 12},
+        ],
+        draw=draw,
+        latency_s=(0.02 if i == 0 else 0.005 + 0.0001 * i),
+        kv_cache_bytes=4096 * (7 + i),
+        flops=2e7 * (6 if i == 0 else 1),
+        bytes={
+            "weights/attention": 1e6,
+            "weights/mlp": 2e6,
+            "weights/lm_head": 5e5,
+            "kv_read": 1e3 * i,
+            "kv_write": 512.0,
+            "activations": 256.0,
+        },
+        achieved_gbps=None if i % 2 else 0.7,
+    )
 
 
 def make_trace(n: int = 8, **kw) -> Trace:
-    return Trace(prompt="Once", settings={"use_cache": True}, model={"name": "hand"}, device="cpu", dtype="float32",
-                 steps=[make_step(i) for i in range(n)], hardware=PEAKS, **kw)
+    return Trace(
+        prompt="Once",
+        settings={"use_cache": True},
+        model={"name": "hand"},
+        device="cpu",
+        dtype="float32",
+        steps=[make_step(i) for i in range(n)],
+        hardware=PEAKS,
+        **kw,
+    )
 
 
 def by_name(fig: go.Figure, name: str):
@@ -56,7 +101,9 @@ def test_concat_appends_and_windows():
 def test_replace_unknown_trace_raises_and_changes_nothing():
     fig = plots.latency_figure()
     with pytest.raises(KeyError, match="no trace named"):
-        plots.replace(fig, {"decode": {"x": np.arange(2.0), "y": np.ones(2)}, "nope": {"x": np.arange(1.0)}})
+        plots.replace(
+            fig, {"decode": {"x": np.arange(2.0), "y": np.ones(2)}, "nope": {"x": np.arange(1.0)}}
+        )
     assert len(by_name(fig, "decode").x) == 0
 
 
@@ -94,7 +141,11 @@ def test_strip_columns_colour_mark_prefill_and_forced():
 def test_strip_colors_follow_the_scale():
     # red for unlikely / uncertain, green for likely / certain; out-of-range values clamp to the ends
     red, green = plots.strip_colors([0.0, 1.0])
-    assert red == plots.strip_colors([-3.0])[0] and green == plots.strip_colors([7.0])[0] and red != green
+    assert (
+        red == plots.strip_colors([-3.0])[0]
+        and green == plots.strip_colors([7.0])[0]
+        and red != green
+    )
     assert list(plots.strip_colors([0.0, 5.0], "entropy")) == [green, red]
     assert len(plots.strip_colors([])) == 0
 
@@ -116,7 +167,9 @@ def test_distribution_columns_bars_chosen_and_stages():
     assert cols["final"]["y"].tolist() == pytest.approx([t["final"] for t in step.top[:4]])
     assert cols["final"]["customdata"].tolist() == [t["id"] for t in step.top[:4]]
     widths = cols["final"]["marker.line.width"].tolist()
-    assert widths.index(max(widths)) == 2 and sorted(widths)[-2] == 0  # only the chosen bar is outlined
+    assert (
+        widths.index(max(widths)) == 2 and sorted(widths)[-2] == 0
+    )  # only the chosen bar is outlined
     assert list(cols["stages"]["x"]) == ["repetition penalty", "top k", "top p"]
     assert cols["stages"]["y"].tolist() == pytest.approx([1.0, 0.8, 0.9])
     assert list(cols["stages"]["text"]) == ["4,096", "40", "12"]
@@ -157,7 +210,9 @@ def test_latency_phases_and_earlier_run():
     fig = plots.latency(trace, earlier)
     assert list(by_name(fig, "prefill").x) == [0]
     assert list(by_name(fig, "decode").x) == [1, 2, 3, 4]
-    assert list(by_name(fig, "decode").y) == pytest.approx([s.latency_s * 1e3 for s in trace.steps[1:]])
+    assert list(by_name(fig, "decode").y) == pytest.approx(
+        [s.latency_s * 1e3 for s in trace.steps[1:]]
+    )
     assert fig.data[0].name == "earlier run (cache off)"
     assert len(fig.data[0].y) == 3
     assert "measured" in fig.layout.title.text
@@ -174,8 +229,12 @@ def test_traffic_parts_add_up_to_the_step_bytes():
     assert achieved[0] == pytest.approx(0.7)  # given by the engine
     s1 = trace.steps[1]
     assert achieved[1] == pytest.approx(s1.total_bytes / s1.latency_s / 1e9)  # derived when missing
-    assert cols["KV cache"]["y"].tolist() == pytest.approx([s.kv_cache_bytes / plots.MB for s in trace.steps])
-    assert plots.traffic_group("weights/mlp") == "weights" and plots.traffic_group("lora") == "other"
+    assert cols["KV cache"]["y"].tolist() == pytest.approx(
+        [s.kv_cache_bytes / plots.MB for s in trace.steps]
+    )
+    assert (
+        plots.traffic_group("weights/mlp") == "weights" and plots.traffic_group("lora") == "other"
+    )
 
 
 def test_traffic_figure_draws_the_measured_peak_once():
@@ -222,7 +281,9 @@ def test_charts_replay_from_a_saved_trace():
     again = Trace.from_json(trace.to_json())
     for chart in (plots.token_strip, plots.latency, plots.traffic, plots.roofline):
         a, b = chart(trace), chart(again)
-        assert [list(t.y) for t in a.data if t.y is not None] == [list(t.y) for t in b.data if t.y is not None]
+        assert [list(t.y) for t in a.data if t.y is not None] == [
+            list(t.y) for t in b.data if t.y is not None
+        ]
 
 
 # --- speculative ----------------------------------------------------------------------------------------------
@@ -232,11 +293,28 @@ def make_round(index: int, k: int, accepted: int, bonus: bool) -> dict:
     drafts = []
     for i in range(k):
         state = True if i < accepted else (False if i == accepted else None)
-        drafts.append({"id": 10 + i, "text": f"d{i}", "q": 0.5, "p": 0.4, "accept_prob": 0.8, "overlap": 0.7,
-                       "u": 0.1, "accepted": state, "draw": {}})
+        drafts.append(
+            {
+                "id": 10 + i,
+                "text": f"d{i}",
+                "q": 0.5,
+                "p": 0.4,
+                "accept_prob": 0.8,
+                "overlap": 0.7,
+                "u": 0.1,
+                "accepted": state,
+                "draw": {},
+            }
+        )
     residual = None if bonus else {"position": accepted, "id": 99, "text": "r", "mass": 0.3}
-    return {"index": index, "k": k, "drafts": drafts, "accepted": accepted, "residual": residual,
-            "bonus": {"id": 77, "text": "b", "p": 0.6} if bonus else None}
+    return {
+        "index": index,
+        "k": k,
+        "drafts": drafts,
+        "accepted": accepted,
+        "residual": residual,
+        "bonus": {"id": 77, "text": "b", "p": 0.6} if bonus else None,
+    }
 
 
 def test_rounds_columns_mark_every_outcome():
@@ -262,8 +340,10 @@ def test_alpha_columns_append_equals_one_shot():
 
 
 def test_speedup_columns_keep_missing_values_as_gaps():
-    rows = [{"k": 1, "predicted": 1.2, "predicted_with_verify_cost": 1.1, "measured": 0.9},
-            {"k": 2, "predicted": None, "predicted_with_verify_cost": None, "measured": 1.3}]
+    rows = [
+        {"k": 1, "predicted": 1.2, "predicted_with_verify_cost": 1.1, "measured": 0.9},
+        {"k": 2, "predicted": None, "predicted_with_verify_cost": None, "measured": 1.3},
+    ]
     fig = plots.speedup_figure(rows)
     pred = fig.data[0].y
     assert pred[0] == pytest.approx(1.2) and math.isnan(pred[1])
@@ -276,29 +356,50 @@ def test_speedup_columns_keep_missing_values_as_gaps():
 def test_sweep_columns_from_experiment_tables():
     import pandas as pd
 
-    cache = pd.DataFrame({"mode": ["cache on"] * 2 + ["cache off"] * 2, "step": [0, 1, 0, 1],
-                          "latency_s_measured": [0.01, 0.002, 0.01, 0.004],
-                          "cumulative_s_measured": [0.01, 0.012, 0.01, 0.014],
-                          "cumulative_bound_s_modelled": [0.001, 0.0012, 0.001, 0.0015]})
+    cache = pd.DataFrame(
+        {
+            "mode": ["cache on"] * 2 + ["cache off"] * 2,
+            "step": [0, 1, 0, 1],
+            "latency_s_measured": [0.01, 0.002, 0.01, 0.004],
+            "cumulative_s_measured": [0.01, 0.012, 0.01, 0.014],
+            "cumulative_bound_s_modelled": [0.001, 0.0012, 0.001, 0.0015],
+        }
+    )
     cols = plots.sweep_columns("cache", cache)
     assert cols["cache off: per step (measured)"]["y"].tolist() == pytest.approx([10.0, 4.0])
-    assert cols["cache on: cumulative bound (modelled)"]["y"].tolist() == pytest.approx([0.001, 0.0012])
-    batch = pd.DataFrame({"batch": [1, 2], "tokens_per_s_total_measured": [100.0, 190.0],
-                          "tokens_per_s_total_bound_modelled": [500.0, 1000.0],
-                          "tokens_per_s_per_user_measured": [100.0, 95.0], "latency_s_measured": [0.01, 0.0105],
-                          "bound_s_modelled": [0.002, 0.002]})
+    assert cols["cache on: cumulative bound (modelled)"]["y"].tolist() == pytest.approx(
+        [0.001, 0.0012]
+    )
+    batch = pd.DataFrame(
+        {
+            "batch": [1, 2],
+            "tokens_per_s_total_measured": [100.0, 190.0],
+            "tokens_per_s_total_bound_modelled": [500.0, 1000.0],
+            "tokens_per_s_per_user_measured": [100.0, 95.0],
+            "latency_s_measured": [0.01, 0.0105],
+            "bound_s_modelled": [0.002, 0.002],
+        }
+    )
     batch.attrs["knee_batch_modelled"] = 64
     fig = plots.sweep("batch", batch)
     assert list(by_name(fig, "total (measured)").y) == [100.0, 190.0]
     assert fig.layout.shapes[0].x0 == 64 and "knee at B = 64" in fig.layout.title.text
-    dt = pd.DataFrame({"dtype": ["float32", "float16"], "latency_s_measured": [0.01, None],
-                       "bound_s_modelled": [0.002, None], "weight_bytes_counted": [4e6, None],
-                       "kv_cache_bytes_measured": [1e5, None]})
+    dt = pd.DataFrame(
+        {
+            "dtype": ["float32", "float16"],
+            "latency_s_measured": [0.01, None],
+            "bound_s_modelled": [0.002, None],
+            "weight_bytes_counted": [4e6, None],
+            "kv_cache_bytes_measured": [1e5, None],
+        }
+    )
     cols = plots.sweep_columns("dtype", dt)
     assert list(cols["latency (measured)"]["x"]) == ["float32", "float16"]
     assert math.isnan(cols["latency (measured)"]["y"][1])  # unsupported dtype: a gap, not a zero
     with pytest.raises(ValueError, match="unknown sweep"):
         plots.sweep_figure("width")
-    for kind in plots.SWEEPS:  # every measured trace has a modelled partner, told apart by its name
+    for (
+        kind
+    ) in sweeps.names():  # every measured trace has a modelled partner, told apart by its name
         names = [t.name for t in plots.sweep_figure(kind).data]
         assert any("measured" in n for n in names) and any("modelled" in n for n in names)

@@ -15,8 +15,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from explorer import sampling as S
-from explorer.sampling import Sampling
+from explorer.engine import sampling as S
+from explorer.engine.sampling import Sampling
 
 V = 200
 
@@ -35,14 +35,26 @@ def context(batch: int = 4, length: int = 30, seed: int = 1) -> torch.Tensor:
 # --- settings -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("temperature", -0.5, "temperature"), ("temperature", float("nan"), "temperature"),
-    ("temperature", "hot", "temperature"), ("top_k", -1, "top_k"), ("top_k", 2.5, "top_k"),
-    ("top_k", True, "top_k"), ("top_p", 0.0, "top_p"), ("top_p", 1.5, "top_p"),
-    ("min_p", 1.0, "min_p"), ("min_p", -0.1, "min_p"), ("repetition_penalty", 0.0, "repetition_penalty"),
-    ("repetition_penalty", -2.0, "repetition_penalty"), ("seed", -3, "seed"), ("seed", 1.5, "seed"),
-    ("greedy", 1, "greedy"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("temperature", -0.5, "temperature"),
+        ("temperature", float("nan"), "temperature"),
+        ("temperature", "hot", "temperature"),
+        ("top_k", -1, "top_k"),
+        ("top_k", 2.5, "top_k"),
+        ("top_k", True, "top_k"),
+        ("top_p", 0.0, "top_p"),
+        ("top_p", 1.5, "top_p"),
+        ("min_p", 1.0, "min_p"),
+        ("min_p", -0.1, "min_p"),
+        ("repetition_penalty", 0.0, "repetition_penalty"),
+        ("repetition_penalty", -2.0, "repetition_penalty"),
+        ("seed", -3, "seed"),
+        ("seed", 1.5, "seed"),
+        ("greedy", 1, "greedy"),
+    ],
+)
 def test_invalid_settings_raise_a_readable_value_error(field, value, words):
     with pytest.raises(ValueError, match=words) as err:
         Sampling(**{field: value})
@@ -51,7 +63,13 @@ def test_invalid_settings_raise_a_readable_value_error(field, value, words):
 
 def test_defaults_are_plain_sampling_and_greedy_modes():
     s = Sampling()
-    assert (s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty) == (1.0, 0, 1.0, 0.0, 1.0)
+    assert (s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty) == (
+        1.0,
+        0,
+        1.0,
+        0.0,
+        1.0,
+    )
     assert not s.is_greedy
     assert Sampling(temperature=0).is_greedy and Sampling(greedy=True).is_greedy
     assert Sampling(top_k=5, seed=3).to_dict()["top_k"] == 5
@@ -79,8 +97,8 @@ def test_repetition_penalty_ignores_left_padding():
     padded[1, :5] = V - 1  # a pad id that does not occur in the real tokens
     ours = S.repetition_penalty(logits, padded, 1.7, mask)
     for row, real in ((0, ids[0:1]), (1, ids[1:2, 5:])):
-        theirs = RepetitionPenaltyLogitsProcessor(1.7)(real, logits[row:row + 1].clone())
-        assert torch.equal(ours[row:row + 1], theirs)
+        theirs = RepetitionPenaltyLogitsProcessor(1.7)(real, logits[row : row + 1].clone())
+        assert torch.equal(ours[row : row + 1], theirs)
 
 
 @pytest.mark.parametrize("t", [0.3, 0.7, 1.0, 1.5, 4.0])
@@ -129,11 +147,15 @@ def test_whole_chain_matches_transformers_stage_by_stage(s):
     logits, ids = tied_logits(batch=5, seed=7), context(batch=5)
     stages = S.process(logits, ids, s)
     assert [name for name, _ in stages] == list(S.STAGE_NAMES)
-    procs = [RepetitionPenaltyLogitsProcessor(s.repetition_penalty) if s.repetition_penalty != 1 else None,
-             TemperatureLogitsWarper(s.temperature) if s.temperature != 1 else None,
-             TopKLogitsWarper(s.top_k) if s.top_k else None,
-             TopPLogitsWarper(s.top_p) if s.top_p < 1 else None,
-             MinPLogitsWarper(s.min_p) if s.min_p > 0 else None]
+    procs = [
+        RepetitionPenaltyLogitsProcessor(s.repetition_penalty)
+        if s.repetition_penalty != 1
+        else None,
+        TemperatureLogitsWarper(s.temperature) if s.temperature != 1 else None,
+        TopKLogitsWarper(s.top_k) if s.top_k else None,
+        TopPLogitsWarper(s.top_p) if s.top_p < 1 else None,
+        MinPLogitsWarper(s.min_p) if s.min_p > 0 else None,
+    ]
     x = logits.clone()
     for (name, ours), proc in zip(stages, procs):
         x = proc(ids, x) if proc is not None else x
@@ -151,7 +173,9 @@ def test_stage_summary_counts_kept_tokens_and_mass():
     summary = S.stage_summary(logits, stages)
     assert [d["kept"] for d in summary] == [4, 4, 2, 1, 1]
     assert summary[2]["mass"] == pytest.approx(0.8)  # top-2 keeps 0.5 + 0.3 of the raw mass
-    assert summary[3]["mass"] == pytest.approx(0.5 / 0.8)  # top-p keeps the first of the renormalised two
+    assert summary[3]["mass"] == pytest.approx(
+        0.5 / 0.8
+    )  # top-p keeps the first of the renormalised two
     assert summary[4]["mass"] == pytest.approx(1.0)
 
 
@@ -161,11 +185,16 @@ def test_step_statistics_equal_stage_summary_and_entropy(s):
     stages = S.process(logits, ids, s)
     final = stages[-1][1]
     for row in range(3):
-        for token in (int(final[row].argmax()), int(torch.isfinite(final[row]).logical_not().int().argmax())):
+        for token in (
+            int(final[row].argmax()),
+            int(torch.isfinite(final[row]).logical_not().int().argmax()),
+        ):
             st = S.step_statistics(logits, stages, token, top_n=7, row=row)
             ref = S.stage_summary(logits, stages, row=row)
             assert [d["kept"] for d in st["stages"]] == [d["kept"] for d in ref]
-            assert [d["mass"] for d in st["stages"]] == pytest.approx([d["mass"] for d in ref], abs=1e-6)
+            assert [d["mass"] for d in st["stages"]] == pytest.approx(
+                [d["mass"] for d in ref], abs=1e-6
+            )
             assert st["entropy_raw"] == pytest.approx(S.entropy(logits)[row].item(), abs=1e-5)
             assert st["entropy_final"] == pytest.approx(S.entropy(final)[row].item(), abs=1e-5)
             p_raw, p_fin = logits[row].softmax(-1), final[row].softmax(-1)
@@ -173,10 +202,13 @@ def test_step_statistics_equal_stage_summary_and_entropy(s):
             assert st["prob_final"] == pytest.approx(p_fin[token].item(), abs=1e-7)
             assert st["rank_raw"] == int((logits[row] > logits[row, token]).sum())
             assert st["rank_final"] == int((final[row] > final[row, token]).sum())
-            assert st["cdf_lo_final"] == pytest.approx(p_fin[final[row] > final[row, token]].sum().item(), abs=1e-6)
+            assert st["cdf_lo_final"] == pytest.approx(
+                p_fin[final[row] > final[row, token]].sum().item(), abs=1e-6
+            )
             top_ids = [i for i, _, _ in st["top"]]
             assert sorted(p_raw[top_ids].tolist(), reverse=True) == pytest.approx(
-                p_raw.topk(7).values.tolist(), abs=1e-7)
+                p_raw.topk(7).values.tolist(), abs=1e-7
+            )
             assert [f for _, _, f in st["top"]] == pytest.approx(p_fin[top_ids].tolist(), abs=1e-7)
 
 

@@ -11,21 +11,36 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from explorer import Sampling, Session, Step, Trace
-from explorer.loading import LoadedModel, model_info
+from explorer.model.loader import LoadedModel, model_info
 
 
 @pytest.fixture(scope="module")
 def tiny():
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=300, max_position_embeddings=64, eos_token_id=None)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        max_position_embeddings=64,
+        eos_token_id=None,
+    )
     model = LlamaForCausalLM(cfg).eval()
-    return LoadedModel(model, None, model_info(model, name="tiny", source="arch", random_weights=True))
+    return LoadedModel(
+        model, None, model_info(model, name="tiny", source="arch", random_weights=True)
+    )
 
 
 def rich_trace(lm) -> Trace:
     """A trace with every kind of step: prefill, decode, forced, settings changed mid-run, a stop, costs."""
-    s = Session(lm, [[1, 2, 3], [4, 5]], Sampling(seed=0, top_k=20, repetition_penalty=1.1), max_new_tokens=6)
+    s = Session(
+        lm,
+        [[1, 2, 3], [4, 5]],
+        Sampling(seed=0, top_k=20, repetition_penalty=1.1),
+        max_new_tokens=6,
+    )
     s.run(2)
     s.choose([7, 8])
     s.set_sampling(Sampling(seed=0, top_p=0.8))
@@ -40,7 +55,16 @@ def test_json_round_trip_is_lossless(tiny):
     assert back == trace  # dataclass equality: every field of every step
     assert back.to_json() == text
     d = json.loads(text)
-    assert {"prompt", "settings", "model", "steps", "device", "dtype", "hardware", "stop_reason"} <= set(d)
+    assert {
+        "prompt",
+        "settings",
+        "model",
+        "steps",
+        "device",
+        "dtype",
+        "hardware",
+        "stop_reason",
+    } <= set(d)
     assert d["stop_reason"] == "max_new_tokens" and d["steps"][-1]["stop"] == "max_new_tokens"
     assert [st["forced"] for st in d["steps"]] == [False, False, True, False, False, False]
     assert d["steps"][3]["sampling"]["top_p"] == 0.8 and d["steps"][0]["sampling"] is None
@@ -71,20 +95,45 @@ def test_to_frame_gives_one_row_per_step(tiny):
     assert isinstance(df, pd.DataFrame) and len(df) == len(trace.steps)
     assert list(df["index"]) == list(range(len(trace.steps)))
     assert list(df["phase"]) == ["prefill"] + ["decode"] * (len(trace.steps) - 1)
-    assert {"token_id", "prob_final", "entropy_raw", "latency_s", "kv_cache_bytes", "draw_u", "bytes_total",
-            "bytes/kv_read"} <= set(df.columns)
+    assert {
+        "token_id",
+        "prob_final",
+        "entropy_raw",
+        "latency_s",
+        "kv_cache_bytes",
+        "draw_u",
+        "bytes_total",
+        "bytes/kv_read",
+    } <= set(df.columns)
     first = trace.steps[1]
     assert df.loc[1, "bytes_total"] == pytest.approx(sum(first.bytes.values()))
-    assert df.loc[1, "draw_u"] == first.draw["u"] and math.isnan(df.loc[2, "draw_u"])  # forced: no draw
+    assert df.loc[1, "draw_u"] == first.draw["u"] and math.isnan(
+        df.loc[2, "draw_u"]
+    )  # forced: no draw
 
 
 def test_unknown_keys_are_ignored_and_old_traces_load():
-    d = {"index": 0, "phase": "prefill", "tokens_fed": 3, "context_len": 3, "token_id": 5, "token_text": "a",
-         "from_the_future": 1}
+    d = {
+        "index": 0,
+        "phase": "prefill",
+        "tokens_fed": 3,
+        "context_len": 3,
+        "token_id": 5,
+        "token_text": "a",
+        "from_the_future": 1,
+    }
     step = Step.from_dict(d)
     assert step.token_id == 5 and step.flops is None and step.sampling is None
-    trace = Trace.from_dict({"prompt": "x", "settings": {}, "model": {}, "device": "cpu", "dtype": "float32",
-                             "steps": [d]})
+    trace = Trace.from_dict(
+        {
+            "prompt": "x",
+            "settings": {},
+            "model": {},
+            "device": "cpu",
+            "dtype": "float32",
+            "steps": [d],
+        }
+    )
     assert trace.steps == [step] and trace.stop_reason is None
 
 

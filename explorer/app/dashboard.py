@@ -26,15 +26,20 @@ import ipywidgets as W
 
 from explorer import plots
 from explorer.app import controls as C
-from explorer.app.export import download_link, trace_csv, trace_json
+from explorer.app.export import trace_csv, trace_json
 from explorer.app.guard import Guard, on_engine_thread
-from explorer.app.liveness import Liveness
 from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, refit, resync
-from explorer.loading import LoadedModel, ModelNotFoundError, available_models, load
-from explorer.sampling import Sampling
+from explorer.app.voila.liveness import Liveness
+from explorer.engine.sampling import Sampling
+from explorer.engine.session import prompt_input
+from explorer.model.device import available_bytes, dtype_name, resolve_device, resolve_dtype
+from explorer.model.loader import LoadedModel, ModelNotFoundError, available_models, load
 
 DEFAULT_PROMPT = "The return statement"  # in the bundled models' domain (Python docs)
 FALLBACK_MODEL = "arch:gpt2"  # when the bundled models are missing and no model was named
+# Opens on settings whose text reads as English on the bundled model (plain sampling at temperature
+# 1 is hard to read); every control keeps its full range.
+DEFAULT_SAMPLING = Sampling(temperature=0.7, top_p=0.9)
 MEMORY_HEADROOM = 0.8  # refuse to load a model whose weights exceed this share of free memory
 
 
@@ -45,11 +50,23 @@ class Dashboard:
     area (the CSS class of each is `ie-<name>`), dash.session is the current explorer.Session.
     """
 
-    def __init__(self, model: str | None = None, prompt: str = DEFAULT_PROMPT, *, sampling: Sampling | None = None,
-                 use_cache: bool = True, batch_size: int = 1, top_n: int = 20, max_new_tokens: int | None = 200,
-                 shared: bool | None = None, allowed_models: list[str] | None = None, lm: LoadedModel | None = None,
-                 measure_peaks: bool = True, play_render_interval_s: float = 0.5,
-                 play_max_tokens_per_s: float | None = 30.0):
+    def __init__(
+        self,
+        model: str | None = None,
+        prompt: str = DEFAULT_PROMPT,
+        *,
+        sampling: Sampling | None = None,
+        use_cache: bool = True,
+        batch_size: int = 1,
+        top_n: int = 20,
+        max_new_tokens: int | None = 200,
+        shared: bool | None = None,
+        allowed_models: list[str] | None = None,
+        lm: LoadedModel | None = None,
+        measure_peaks: bool = True,
+        play_render_interval_s: float = 0.5,
+        play_max_tokens_per_s: float | None = 30.0,
+    ):
         self.shared, self.allowed_models = _shared_config(shared, allowed_models)
         self.measure_peaks = measure_peaks
         self.play_render_interval_s = play_render_interval_s
@@ -61,13 +78,23 @@ class Dashboard:
         if lm is not None:
             self._models[lm.info.name] = lm
         name = model or (lm.info.name if lm is not None else self._default_model())
-        self.run_settings = C.RunSettings(model=name, prompt=prompt, use_cache=use_cache, batch_size=batch_size,
-                                          top_n=top_n, max_new_tokens=max_new_tokens)
-        sampling = sampling or Sampling()
+        self.run_settings = C.RunSettings(
+            model=name,
+            prompt=prompt,
+            use_cache=use_cache,
+            batch_size=batch_size,
+            top_n=top_n,
+            max_new_tokens=max_new_tokens,
+        )
+        sampling = sampling or DEFAULT_SAMPLING
         self.selected: int | None = None  # the step the distribution shows; None = the latest
         self.color_by = "prob"
-        self.earlier: tuple[list, bool] | None = None  # (steps, use_cache) of the run before a cache toggle
-        self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step index, seconds)
+        self.earlier: tuple[list, bool] | None = (
+            None  # (steps, use_cache) of the run before a cache toggle
+        )
+        self.timings: collections.deque = collections.deque(
+            maxlen=5000
+        )  # (kind, step index, seconds)
         self._quiet = False  # True while the code itself writes control values
         self._pause = threading.Event()
         self._thread: threading.Thread | None = None
@@ -110,31 +137,41 @@ class Dashboard:
     def _build_widgets(self, sampling: Sampling) -> None:
         self.message = W.HTML(value="", layout=W.Layout(width="100%"))
         self.message.add_class("ie-message")
-        self.liveness = Liveness()  # a banner if the kernel behind the page goes quiet (killed, culled)
+        self.liveness = (
+            Liveness()
+        )  # a banner if the kernel behind the page goes quiet (killed, culled)
         self.guard = Guard(self.message, on_finish=self._refresh_controls)
         self.sampling_parts = C.sampling_controls(sampling)
-        self.run_parts = C.session_controls(self._model_names(), self.run_settings, free_text=not self.shared)
+        self.run_parts = C.session_controls(
+            self._model_names(), self.run_settings, free_text=not self.shared
+        )
         self.button_parts = C.buttons()
         self.step_count = W.HTML(value="step 0")
         self.step_count.add_class("ie-step-count")
-        self.color_toggle = W.ToggleButtons(options=[("probability", "prob"), ("entropy", "entropy")], value="prob",
-                                            style={"button_width": "90px"})
+        self.color_toggle = W.ToggleButtons(
+            options=[("probability", "prob"), ("entropy", "entropy")],
+            value="prob",
+            style={"button_width": "90px"},
+        )
         self.color_toggle.add_class("ie-color-by")
-        self.inspect = W.IntText(value=0, description="inspect step", continuous_update=False,
-                                 layout=W.Layout(width="170px"), style={"description_width": "80px"})
+        self.inspect = W.IntText(
+            value=0,
+            description="inspect step",
+            continuous_update=False,
+            layout=W.Layout(width="170px"),
+            style={"description_width": "80px"},
+        )
         self.inspect.add_class("ie-inspect")
 
         self.strip_text = StripText()
         self.strip_text.set_prompt(self._prompt_shown())
-        self.strip = LiveChart(figure_widget(plots.strip_figure, self.color_by), lambda s: plots.strip_columns(s, self.color_by),
-                               "strip-chart", keep_last=plots.STRIP_WINDOW)
+        self.strip = LiveChart(
+            figure_widget(plots.strip_figure, self.color_by),
+            lambda s: plots.strip_columns(s, self.color_by),
+            "strip-chart",
+            keep_last=plots.STRIP_WINDOW,
+        )
         self.dist = Distribution()
-        lm = self.session.lm
-        self.latency = LiveChart(figure_widget(plots.latency_figure, lm.info.device, lm.info.dtype),
-                                 plots.latency_columns, "latency")
-        self.traffic = LiveChart(figure_widget(plots.traffic_figure), plots.traffic_columns, "traffic", live=False)
-        self.roofline = LiveChart(figure_widget(plots.roofline_figure), plots.roofline_columns, "roofline",
-                                  live=False)
         self.dist.show(None, None)
         self._build_tabs()
         self._wire()
@@ -143,62 +180,107 @@ class Dashboard:
         self.guard.say(self._ready_text(), "info")
 
     def _build_tabs(self) -> None:
-        from explorer.app.speculative_tab import SpeculativeTab
-        from explorer.app.sweeps_tab import SweepsTab
+        from explorer.app import tabs
 
-        self.sweeps = SweepsTab(self)
-        self.speculative = SpeculativeTab(self)
-        self.export_what = W.Dropdown(options=["trace JSON", "trace CSV", "chart: token strip", "chart: distribution",
-                                               "chart: latency", "chart: traffic", "chart: roofline"],
-                                      value="trace JSON", description="export", layout=W.Layout(width="260px"))
-        self.export_button = W.Button(description="Prepare download", icon="download")
-        self.export_button.add_class("ie-export-button")
-        self.export_links = W.HTML(value="")
-        self.export_links.add_class("ie-export-links")
-        self.export_box = W.VBox([W.HBox([self.export_what, self.export_button]), self.export_links])
-        self.export_box.add_class("ie-export")
-        self.tabs = W.Tab(children=[self.latency.fig, self.traffic.fig, self.roofline.fig, self.sweeps.widget,
-                                    self.speculative.widget, self.export_box],
-                          titles=["Latency", "Memory traffic", "Roofline", "Sweeps", "Speculative", "Export"])
+        self.tab_list = [cls(self) for cls in tabs.registered()]
+        self.latency, self.traffic, self.roofline = (
+            self.tab(n).chart for n in ("latency", "traffic", "roofline")
+        )
+        self.sweeps, self.speculative = self.tab("sweeps"), self.tab("speculative")
+        self.tabs = W.Tab(
+            children=[t.widget for t in self.tab_list], titles=[t.title for t in self.tab_list]
+        )
         self.tabs.add_class("ie-tabs")
         self.tabs.observe(lambda ch: self._tab_shown(ch["new"]), names="selected_index")
         self._tab_shown(self.tabs.selected_index)
 
+    def tab(self, name: str):
+        """The tab registered under `name` (explorer.app.tabs)."""
+        for t in self.tab_list:
+            if t.name == name:
+                return t
+        raise KeyError(f"no tab named {name!r}; tabs: {', '.join(t.name for t in self.tab_list)}")
+
     def _tab_shown(self, index: int | None) -> None:
         """Only the visible tab's chart is sent data per step; a tab catches up when it is selected."""
-        for i, chart in enumerate((self.latency, self.traffic, self.roofline)):
-            chart.set_live(index == i)
-        shown = {0: [self.latency.fig], 1: [self.traffic.fig], 2: [self.roofline.fig],
-                 3: self.sweeps.shown_figures(), 4: self.speculative.figures()}.get(index, [])
-        for fig in shown:
-            refit(fig)
+        for i, t in enumerate(self.tab_list):
+            t.set_live(index == i)
+        if index is not None and 0 <= index < len(self.tab_list):
+            for fig in self.tab_list[index].shown_figures():
+                refit(fig)
 
     def _layout(self) -> None:
         sp, rp, bp = self.sampling_parts, self.run_parts, self.button_parts
         model_box = [rp["model"]] + ([rp["model-custom"]] if "model-custom" in rp else [])
-        side = W.VBox([W.HTML("<b>Model and prompt</b>"), *model_box, rp["prompt"], rp["cache"], rp["batch"],
-                       rp["top-n"], rp["max-tokens"], rp["stop-eos"], W.HTML("<b>Sampling</b> (applies from the next step)"),
-                       sp["temperature"], sp["top-k"], sp["top-p"], sp["min-p"], sp["repetition-penalty"], sp["seed"],
-                       sp["greedy"]], layout=W.Layout(width="270px", min_width="270px"))
-        self.strip_box = W.VBox([self.strip_text.widget, self.strip.fig], layout=W.Layout(width="100%"))
+        side = W.VBox(
+            [
+                W.HTML("<b>Model and prompt</b>"),
+                *model_box,
+                rp["prompt"],
+                rp["cache"],
+                rp["batch"],
+                rp["top-n"],
+                rp["max-tokens"],
+                rp["stop-eos"],
+                W.HTML("<b>Sampling</b> (applies from the next step)"),
+                sp["temperature"],
+                sp["top-k"],
+                sp["top-p"],
+                sp["min-p"],
+                sp["repetition-penalty"],
+                sp["seed"],
+                sp["greedy"],
+            ],
+            layout=W.Layout(width="270px", min_width="270px"),
+        )
+        self.strip_box = W.VBox(
+            [self.strip_text.widget, self.strip.fig], layout=W.Layout(width="100%")
+        )
         self.strip_box.add_class("ie-strip")
-        bar = W.HBox([bp["step"], bp["play"], bp["pause"], bp["rewind"], bp["reset"], self.step_count,
-                      self.color_toggle, self.inspect], layout=W.Layout(align_items="center", flex_flow="row wrap"))
-        main = W.VBox([bar, self.strip_box, self.dist.widget], layout=W.Layout(flex="1 1 auto", min_width="0"))
-        self.widget = W.VBox([self.liveness, self.message, W.HBox([side, main], layout=W.Layout(width="100%")),
-                              self.tabs],
-                             layout=W.Layout(width="100%"))
+        bar = W.HBox(
+            [
+                bp["step"],
+                bp["play"],
+                bp["pause"],
+                bp["rewind"],
+                bp["reset"],
+                self.step_count,
+                self.color_toggle,
+                self.inspect,
+            ],
+            layout=W.Layout(align_items="center", flex_flow="row wrap"),
+        )
+        main = W.VBox(
+            [bar, self.strip_box, self.dist.widget], layout=W.Layout(flex="1 1 auto", min_width="0")
+        )
+        self.widget = W.VBox(
+            [
+                self.liveness,
+                self.message,
+                W.HBox([side, main], layout=W.Layout(width="100%")),
+                self.tabs,
+            ],
+            layout=W.Layout(width="100%"),
+        )
         self.widget.add_class("ie-dashboard")
         self.parts: dict[str, W.Widget] = {
-            **self.run_parts, **self.sampling_parts, **self.button_parts, "message": self.message,
+            **self.run_parts,
+            **self.sampling_parts,
+            **self.button_parts,
+            "message": self.message,
             "liveness": self.liveness,
-            "strip": self.strip_box, "strip-text": self.strip_text.widget, "strip-chart": self.strip.fig,
-            "step-count": self.step_count, "color-by": self.color_toggle, "inspect": self.inspect,
-            "dist": self.dist.fig, "dist-title": self.dist.title, "latency": self.latency.fig, "traffic": self.traffic.fig,
-            "roofline": self.roofline.fig, "tabs": self.tabs, "sweeps": self.sweeps.widget,
-            "speculative": self.speculative.widget, "export": self.export_box, **self.sweeps.parts,
-            **self.speculative.parts, "export-button": self.export_button, "export-links": self.export_links,
+            "strip": self.strip_box,
+            "strip-text": self.strip_text.widget,
+            "strip-chart": self.strip.fig,
+            "step-count": self.step_count,
+            "color-by": self.color_toggle,
+            "inspect": self.inspect,
+            "dist": self.dist.fig,
+            "dist-title": self.dist.title,
+            "tabs": self.tabs,
         }
+        for t in self.tab_list:
+            self.parts.update(t.parts)
 
     def _wire(self) -> None:
         g, bp = self.guard, self.button_parts
@@ -211,25 +293,32 @@ class Dashboard:
             widget.observe(self._on_sampling, names="value")
         for widget in self.run_parts.values():
             widget.observe(self._on_run_setting, names="value")
-        self.color_toggle.observe(lambda ch: self._quiet or g.call("Colouring", self.set_color_by, ch["new"],
-                                                                   while_busy=True), names="value")
-        self.inspect.observe(lambda ch: self._quiet or g.call("Inspect", self.select, ch["new"], while_busy=True),
-                             names="value")
+        self.color_toggle.observe(
+            lambda ch: (
+                self._quiet or g.call("Colouring", self.set_color_by, ch["new"], while_busy=True)
+            ),
+            names="value",
+        )
+        self.inspect.observe(
+            lambda ch: self._quiet or g.call("Inspect", self.select, ch["new"], while_busy=True),
+            names="value",
+        )
         self.strip.fig.data[0].on_click(self._on_strip_click)
         final = next(t for t in self.dist.fig.data if t.name == "final")
         raw = next(t for t in self.dist.fig.data if t.name == "raw")
         final.on_click(self._on_bar_click)
         raw.on_click(self._on_bar_click)
-        self.export_button.on_click(g.action("Export", lambda _: self.prepare_export(), while_busy=True))
 
     # --- display -----------------------------------------------------------------------------------
 
     def _resync(self) -> None:
         """Before display: copy every figure's current data into its synced traits."""
-        for chart in (self.strip, self.latency, self.traffic, self.roofline):
-            chart.flush()
-        figures = [self.strip.fig, self.dist.fig, self.latency.fig, self.traffic.fig, self.roofline.fig]
-        for fig in figures + self.sweeps.figures() + self.speculative.figures():
+        self.strip.flush()
+        for t in self.tab_list:
+            t.flush()
+        for fig in [self.strip.fig, self.dist.fig] + [
+            f for t in self.tab_list for f in t.figures()
+        ]:
             resync(fig)
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
@@ -247,8 +336,11 @@ class Dashboard:
     def step(self):
         """One forward pass; returns its Step (None when the session has stopped)."""
         if self.session.done:
-            self.guard.say(f"The session has stopped ({self.session.stop_reason}). Rewind, Reset, or raise "
-                           "max tokens to go on.", "info")
+            self.guard.say(
+                f"The session has stopped ({self.session.stop_reason}). Rewind, Reset, or raise "
+                "max tokens to go on.",
+                "info",
+            )
             return None
         self._wait_peaks()
         t0 = time.perf_counter()
@@ -292,15 +384,20 @@ class Dashboard:
         self.session = trial
         self.selected = None
         self._render_all()
-        self.guard.say(f"Branched at step {step_index}: forced {plots.show_token(step.token_text)} (id {token_id}, "
-                       f"p final {step.prob_final:.3f}). Step or Play continues from here.", "ok")
+        self.guard.say(
+            f"Branched at step {step_index}: forced {plots.show_token(step.token_text)} (id {token_id}, "
+            f"p final {step.prob_final:.3f}). Step or Play continues from here.",
+            "ok",
+        )
         return step
 
     def select(self, index: int | None) -> None:
         """Show the distribution of step `index` (None: follow the latest step)."""
         steps = self.session.steps
         if index is not None and not 0 <= index < len(steps):
-            raise ValueError(f"step {index} does not exist (the session has {len(steps)} steps, 0 to {len(steps) - 1})")
+            raise ValueError(
+                f"step {index} does not exist (the session has {len(steps)} steps, 0 to {len(steps) - 1})"
+            )
         self.selected = None if index is None or index == len(steps) - 1 else index
         self._show_distribution()
 
@@ -320,7 +417,10 @@ class Dashboard:
     def play(self) -> bool:
         """Step on a background thread until Pause, a stop, or max tokens. False if it could not start."""
         if self.session.done:
-            self.guard.say(f"The session has stopped ({self.session.stop_reason}); Rewind or Reset first.", "info")
+            self.guard.say(
+                f"The session has stopped ({self.session.stop_reason}); Rewind or Reset first.",
+                "info",
+            )
             return False
         if not self.guard.start("Play"):
             return False
@@ -335,7 +435,7 @@ class Dashboard:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until Play (or a sweep) has finished (for scripts and tests)."""
-        for thread in (self._thread, *self.sweeps.threads(), *self.speculative.threads()):
+        for thread in (self._thread, *(th for t in self.tab_list for th in t.threads())):
             if thread is not None:
                 thread.join(timeout)
 
@@ -366,8 +466,15 @@ class Dashboard:
                     self._render_new(pending)
             rate = count / max(time.perf_counter() - start, 1e-9)
             why = f"stopped: {self.session.stop_reason}" if self.session.done else "paused"
-            pace = f", paced at up to {self.play_max_tokens_per_s:g}/s" if self.play_max_tokens_per_s else ""
-            self.guard.say(f"Play {why} after {count} tokens ({rate:.1f} tokens/s, charts included{pace}).", "ok")
+            pace = (
+                f", paced at up to {self.play_max_tokens_per_s:g}/s"
+                if self.play_max_tokens_per_s
+                else ""
+            )
+            self.guard.say(
+                f"Play {why} after {count} tokens ({rate:.1f} tokens/s, charts included{pace}).",
+                "ok",
+            )
         except Exception as err:  # noqa: BLE001 - shown, and the session keeps every completed step
             with self.guard.lock:
                 if pending:
@@ -399,15 +506,25 @@ class Dashboard:
             sampling = C.read_sampling(self.sampling_parts)
             self.session.set_sampling(sampling)
         except Exception:
-            self._write_quietly(lambda: C.write_sampling(self.sampling_parts, self.session.sampling))
+            self._write_quietly(
+                lambda: C.write_sampling(self.sampling_parts, self.session.sampling)
+            )
             raise
-        self.guard.say("Sampling settings apply from the next step: " + _sampling_text(sampling), "ok")
+        self.guard.say(
+            "Sampling settings apply from the next step: " + _sampling_text(sampling), "ok"
+        )
 
     def _on_run_setting(self, change) -> None:
         if self._quiet:
             return
-        if self.run_parts["model"].value == C.CUSTOM_MODEL and not self.run_parts.get("model-custom").value.strip():
-            self.guard.say("Type a hub id (e.g. Qwen/Qwen2.5-0.5B) or a local folder in 'hub id / path'.", "info")
+        if (
+            self.run_parts["model"].value == C.CUSTOM_MODEL
+            and not self.run_parts.get("model-custom").value.strip()
+        ):
+            self.guard.say(
+                "Type a hub id (e.g. Qwen/Qwen2.5-0.5B) or a local folder in 'hub id / path'.",
+                "info",
+            )
             return
         if self.guard.busy:
             self._write_quietly(lambda: C.write_run_settings(self.run_parts, self.run_settings))
@@ -442,18 +559,30 @@ class Dashboard:
         from explorer.engine import Session
 
         if self.shared and self.allowed_models and rs.model not in self.allowed_models:
-            raise ValueError(f"{rs.model!r} is not offered on this server; choose one of {', '.join(self.allowed_models)}")
+            raise ValueError(
+                f"{rs.model!r} is not offered on this server; choose one of {', '.join(self.allowed_models)}"
+            )
         lm = self._load(rs.model)
-        return Session(lm, _prompt_input(lm, rs.prompt), sampling, use_cache=rs.use_cache, top_n=rs.top_n,
-                       max_new_tokens=rs.max_new_tokens, batch_size=rs.batch_size, roofline=self.measure_peaks,
-                       stop_at_eos=rs.stop_at_eos)
+        return Session(
+            lm,
+            prompt_input(lm, rs.prompt),
+            sampling,
+            use_cache=rs.use_cache,
+            top_n=rs.top_n,
+            max_new_tokens=rs.max_new_tokens,
+            batch_size=rs.batch_size,
+            roofline=self.measure_peaks,
+            stop_at_eos=rs.stop_at_eos,
+        )
 
     def _load(self, name: str) -> LoadedModel:
         if name in self._models:
             return self._models[name]
         _check_fits(name)
         lm = _load_quietly(name)
-        keep = {k: v for k, v in self._models.items() if k.startswith("bundled:")}  # drop big models we left
+        keep = {
+            k: v for k, v in self._models.items() if k.startswith("bundled:")
+        }  # drop big models we left
         self._models = {**keep, name: lm}
         return lm
 
@@ -462,8 +591,8 @@ class Dashboard:
         self.session, self.run_settings = session, rs
         self.selected = None
         self._ceilings_shown = False
-        lm = session.lm
-        self.latency.fig.update_layout(title=plots.latency_figure(lm.info.device, lm.info.dtype).layout.title)
+        for t in self.tab_list:
+            t.session_changed()
         self.strip_text.set_prompt(self._prompt_shown())
         self._render_all()
         self._warm_peaks()
@@ -477,11 +606,15 @@ class Dashboard:
     def _warm_peaks(self) -> None:
         if not self.measure_peaks:
             return
-        from explorer import hardware
+        from explorer.costs import hardware
 
         device, dtype = self.session.device, self.session.lm.model.dtype
-        self._peaks_thread = threading.Thread(target=_quietly, args=(hardware.measure, device, dtype),
-                                              name="explorer-peaks", daemon=True)
+        self._peaks_thread = threading.Thread(
+            target=_quietly,
+            args=(hardware.measure, device, dtype),
+            name="explorer-peaks",
+            daemon=True,
+        )
         self._peaks_thread.start()
 
     def _wait_peaks(self) -> None:
@@ -493,7 +626,7 @@ class Dashboard:
         """This machine's measured peaks for the current model's device and dtype (None if not measured)."""
         if not self.measure_peaks:
             return None
-        from explorer import hardware
+        from explorer.costs import hardware
 
         self._wait_peaks()
         return hardware.measure(self.session.device, dtype=self.session.lm.model.dtype)
@@ -508,9 +641,8 @@ class Dashboard:
         self._count()
         self._show_distribution()
         self.strip.append(steps, {"xaxis.range": plots.strip_range(steps[-1].index)})
-        self.latency.append(steps)
-        self.traffic.append(steps)
-        self.roofline.append(steps)
+        for t in self.tab_list:
+            t.steps_added(steps)
         self._show_ceilings()
 
     def _render_all(self) -> None:
@@ -519,13 +651,8 @@ class Dashboard:
         self._render_strip(reset=True)
         self._show_distribution()
         self._count()
-        self.latency.reset(steps)
-        earlier = self.earlier
-        name = plots.earlier_run_name(earlier[1]) if earlier else "earlier run"
-        self.latency.fig.data[0].name = name
-        plots.replace(self.latency.fig, plots.earlier_run_columns(earlier[0] if earlier else [], name))
-        self.traffic.reset(steps)
-        self.roofline.reset(steps)
+        for t in self.tab_list:
+            t.steps_reset(steps)
         self._show_ceilings()
 
     def _render_strip(self, reset: bool = False) -> None:
@@ -543,7 +670,11 @@ class Dashboard:
     def _count(self) -> None:
         steps = self.session.steps
         last = steps[-1] if steps else None
-        extra = f" · {last.phase} {last.latency_s * 1e3:.1f} ms · {len(self.session.tokens)} tokens" if last else ""
+        extra = (
+            f" · {last.phase} {last.latency_s * 1e3:.1f} ms · {len(self.session.tokens)} tokens"
+            if last
+            else ""
+        )
         stop = f" · stopped: {self.session.stop_reason}" if self.session.done else ""
         self.step_count.value = f'<span class="ie-step-n">step {len(steps)}</span>{extra}{stop}'
 
@@ -551,7 +682,7 @@ class Dashboard:
         hw = self.session.trace.hardware
         if self._ceilings_shown or hw is None:
             return
-        from explorer import hardware
+        from explorer.costs import hardware
 
         dtype = self.session.lm.info.dtype
         chips = {}
@@ -560,9 +691,8 @@ class Dashboard:
                 chips[name] = hardware.chip_peaks(name, dtype)
             except ValueError:  # the chip has no published figure for this dtype
                 continue
-        plots.set_ceilings(self.roofline.fig, hw, chips)
-        label = ", ".join(str(hw.get(k)) for k in ("device", "dtype", "method") if hw.get(k))
-        plots.set_peak_bandwidth(self.traffic.fig, hw.get("bandwidth_gbps"), label)
+        for t in self.tab_list:
+            t.peaks_known(hw, chips)
         self._ceilings_shown = True
 
     def _say_step(self, step) -> None:
@@ -570,16 +700,27 @@ class Dashboard:
             self.guard.say(f"Stopped: {self.session.stop_reason}.", "info")
         elif self.guard.last_error is not None or "ie-message-busy" in self.message.value:
             self.guard.last_error = None
-            self.guard.say(f"Step {step.index}: {plots.show_token(step.token_text)} ({step.latency_s * 1e3:.1f} ms).",
-                           "ok")
+            self.guard.say(
+                f"Step {step.index}: {plots.show_token(step.token_text)} ({step.latency_s * 1e3:.1f} ms).",
+                "ok",
+            )
 
     def _ready_text(self) -> str:
         info = self.session.lm.info
-        note = " (random weights: the text is meaningless, the costs are real)" if info.random_weights else ""
-        tok = "" if self.session.lm.tokenizer is not None else \
-            " It has no tokenizer: the prompt is fed as its UTF-8 bytes (or type token ids: 1 2 3) and tokens show as <id>."
-        return (f"{self._fallback_note}{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} layers, on {info.device} "
-                f"{info.dtype}{note}.{tok} Press Step or Play.")
+        note = (
+            " (random weights: the text is meaningless, the costs are real)"
+            if info.random_weights
+            else ""
+        )
+        tok = (
+            ""
+            if self.session.lm.tokenizer is not None
+            else " It has no tokenizer: the prompt is fed as its UTF-8 bytes (or type token ids: 1 2 3) and tokens show as <id>."
+        )
+        return (
+            f"{self._fallback_note}{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} layers, on {info.device} "
+            f"{info.dtype}{note}.{tok} Press Step or Play."
+        )
 
     # --- clicks ------------------------------------------------------------------------------------------
 
@@ -607,30 +748,14 @@ class Dashboard:
         self.button_parts["pause"].disabled = not playing
         for widget in self.run_parts.values():
             widget.disabled = busy
-        self.sweeps.set_busy(busy)
-        self.speculative.set_busy(busy)
+        for t in self.tab_list:
+            t.set_busy(busy)
 
     # --- export ------------------------------------------------------------------------------------------
 
     def prepare_export(self) -> str:
-        """Build the download link for the export dropdown's choice; returns its HTML."""
-        what = self.export_what.value
-        trace = self.session.trace
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        if what == "trace JSON":
-            link = download_link(trace_json(trace), f"trace-{stamp}.json")
-        elif what == "trace CSV":
-            link = download_link(trace_csv(trace), f"trace-{stamp}.csv")
-        else:
-            name = what.split(": ", 1)[1]
-            for chart in (self.latency, self.traffic, self.roofline):
-                chart.flush()
-            fig = {"token strip": self.strip.fig, "distribution": self.dist.figure(), "latency": self.latency.fig,
-                   "traffic": self.traffic.fig, "roofline": self.roofline.fig}[name]
-            link = download_link(plots.figure_html(fig), f"{name.replace(' ', '-')}-{stamp}.html")
-        self.export_links.value = link
-        self.guard.say(f"Ready: click the link under Export to save the {what}.", "ok")
-        return link
+        """Build the download link for the Export tab's choice; returns its HTML."""
+        return self.tab("export").prepare()
 
     def export(self, what: str = "json") -> str:
         """The current trace as 'json' or 'csv' text (for scripts)."""
@@ -654,33 +779,22 @@ def _shared_config(shared: bool | None, allowed: list[str] | None) -> tuple[bool
     if shared is None:
         shared = os.environ.get("EXPLORER_SHARED", "").strip().lower() in ("1", "true", "yes", "on")
     if allowed is None and os.environ.get("EXPLORER_MODELS_CONFIG"):
-        from explorer.app.serve import read_models_config
+        from explorer.app.voila.serve import read_models_config
 
         allowed = read_models_config(os.environ["EXPLORER_MODELS_CONFIG"])
     if allowed is not None:
-        if not isinstance(allowed, (list, tuple)) or not allowed or not all(isinstance(m, str) for m in allowed):
-            raise ValueError(f"allowed_models must be a non-empty list of model names, got {allowed!r}")
+        if (
+            not isinstance(allowed, (list, tuple))
+            or not allowed
+            or not all(isinstance(m, str) for m in allowed)
+        ):
+            raise ValueError(
+                f"allowed_models must be a non-empty list of model names, got {allowed!r}"
+            )
         allowed = [m.strip() for m in allowed]
     if shared and not allowed:
         allowed = ["bundled:target", "bundled:draft"]
     return bool(shared), list(allowed or [])
-
-
-def _prompt_input(lm: LoadedModel, text: str):
-    """The prompt as the Session takes it: text, or token ids for a model without a tokenizer.
-
-    Without a tokenizer, text of whole numbers ("1 2 3") is read as token ids; other text is fed
-    as its UTF-8 bytes (ids 0-255), so architecture-only shapes still run.
-    """
-    if lm.tokenizer is not None:
-        return text
-    parts = text.replace(",", " ").split()
-    if parts and all(p.isdigit() for p in parts):
-        return [int(p) for p in parts]
-    ids = list(text.encode("utf-8"))
-    if not ids:
-        raise ValueError(f"{lm.info.name} has no tokenizer: type a prompt (fed as bytes) or token ids such as 1 2 3")
-    return ids
 
 
 def _load_quietly(name: str) -> LoadedModel:
@@ -696,36 +810,22 @@ def _load_quietly(name: str) -> LoadedModel:
             hf_logging.enable_progress_bar()
 
 
-def _available_memory(device: str) -> int | None:
-    """Bytes free for new weights on `device` (MemAvailable on CPU, cudaMemGetInfo on CUDA)."""
-    import torch
-
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return int(torch.cuda.mem_get_info()[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def _check_fits(name: str) -> None:
     """Refuse (MemoryError with a clear message) an architecture-only shape that would not fit in memory."""
     if not name.startswith("arch:"):
         return
-    from explorer.loading import arch_info, resolve_device, resolve_dtype
+    from explorer.model.loader import arch_info
 
     dev = resolve_device("auto")
-    dtype = str(resolve_dtype("auto", dev)).replace("torch.", "")
+    dtype = dtype_name(resolve_dtype("auto", dev))
     info = arch_info(name, dtype)  # built on the meta device: no memory allocated
-    free = _available_memory(str(dev))
+    free = available_bytes(dev)
     if free is not None and info.weight_bytes > MEMORY_HEADROOM * free:
-        raise MemoryError(f"{name} needs {info.weight_bytes / 1e9:.1f} GB for its {dtype} weights but only "
-                          f"{free / 1e9:.1f} GB is free on {dev}: not loaded (out of memory). The current model "
-                          "is still loaded; choose a smaller one.")
+        raise MemoryError(
+            f"{name} needs {info.weight_bytes / 1e9:.1f} GB for its {dtype} weights but only "
+            f"{free / 1e9:.1f} GB is free on {dev}: not loaded (out of memory). The current model "
+            "is still loaded; choose a smaller one."
+        )
 
 
 def _sampling_text(s: Sampling) -> str:
@@ -736,8 +836,14 @@ def _sampling_text(s: Sampling) -> str:
 
 
 def _what_changed(old: C.RunSettings, new: C.RunSettings) -> str:
-    names = {"model": "model", "prompt": "prompt", "use_cache": "KV cache", "batch_size": "batch size",
-             "top_n": "top-n", "max_new_tokens": "max tokens", "stop_at_eos": "stop at end-of-text"}
+    names = {
+        "model": "model",
+        "prompt": "prompt",
+        "use_cache": "KV cache",
+        "batch_size": "batch size",
+        "top_n": "top-n",
+        "max_new_tokens": "max tokens",
+        "stop_at_eos": "stop at end-of-text",
+    }
     changed = [label for key, label in names.items() if getattr(old, key) != getattr(new, key)]
     return ", ".join(changed) + " changed" if changed else "same settings"
-

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 
-from explorer.trace import Trace
+from explorer.engine.trace import Trace
 
 MIME = {"json": "application/json", "csv": "text/csv", "html": "text/html"}
 
@@ -29,9 +29,11 @@ def download_link(content: str, filename: str, label: str | None = None) -> str:
     data = base64.b64encode(content.encode("utf-8")).decode("ascii")
     size = len(content.encode("utf-8"))
     text = html.escape(label or filename)
-    return (f'<a class="ie-download" download="{html.escape(filename, quote=True)}" '
-            f'href="data:{MIME.get(ext, "application/octet-stream")};base64,{data}" '
-            f'style="margin-right:1em">⬇ {text}</a> <span style="color:#777">({_size(size)})</span>')
+    return (
+        f'<a class="ie-download" download="{html.escape(filename, quote=True)}" '
+        f'href="data:{MIME.get(ext, "application/octet-stream")};base64,{data}" '
+        f'style="margin-right:1em">⬇ {text}</a> <span style="color:#777">({_size(size)})</span>'
+    )
 
 
 def _size(n: int) -> str:

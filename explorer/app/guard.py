@@ -19,17 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory")
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """torch.OutOfMemoryError, MemoryError, or a RuntimeError whose text says the allocator failed."""
-    import torch
-
-    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
-    if isinstance(err, MemoryError) or (oom_type and isinstance(err, oom_type)):
-        return True
-    return isinstance(err, RuntimeError) and any(m in str(err).lower() for m in OOM_MARKERS)
+from explorer.model.device import is_out_of_memory
 
 
 def describe(err: BaseException, doing: str = "") -> str:
@@ -37,9 +27,11 @@ def describe(err: BaseException, doing: str = "") -> str:
     what = f"{doing} failed: " if doing else ""
     if is_out_of_memory(err):
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-        return (f"Out of memory{' while ' + doing if doing else ''}. Nothing was changed: the session and "
-                "charts are as they were. Try a smaller batch size, a shorter prompt or max tokens, or a "
-                f"smaller model. ({first})")
+        return (
+            f"Out of memory{' while ' + doing if doing else ''}. Nothing was changed: the session and "
+            "charts are as they were. Try a smaller batch size, a shorter prompt or max tokens, or a "
+            f"smaller model. ({first})"
+        )
     text = str(err).strip() or type(err).__name__
     if isinstance(err, (ValueError, KeyError, TypeError, LookupError)):
         return f"{what}{text}"
@@ -48,12 +40,18 @@ def describe(err: BaseException, doing: str = "") -> str:
 
 def message_html(text: str, kind: str = "info") -> str:
     """HTML for the message area: kind is 'info', 'ok', 'busy' or 'error'."""
-    colors = {"info": ("#f4f6f8", "#333"), "ok": ("#eef7ee", "#225522"), "busy": ("#fff8e1", "#6d5200"),
-              "error": ("#fdecea", "#8a1c1c")}
+    colors = {
+        "info": ("#f4f6f8", "#333"),
+        "ok": ("#eef7ee", "#225522"),
+        "busy": ("#fff8e1", "#6d5200"),
+        "error": ("#fdecea", "#8a1c1c"),
+    }
     bg, fg = colors.get(kind, colors["info"])
     body = html.escape(text).replace("\n", "<br>")
-    return (f'<div class="ie-message-{kind}" style="background:{bg};color:{fg};padding:6px 10px;'
-            f'border-radius:4px;min-height:1.4em;white-space:normal">{body}</div>')
+    return (
+        f'<div class="ie-message-{kind}" style="background:{bg};color:{fg};padding:6px 10px;'
+        f'border-radius:4px;min-height:1.4em;white-space:normal">{body}</div>'
+    )
 
 
 class Guard:
@@ -66,7 +64,9 @@ class Guard:
         self.busy: str | None = None  # the long run in progress ("play", "sweep: cache", ...)
         self.last_error: str | None = None
         self.traceback = ""
-        self.errors: list[str] = []  # tracebacks of every error shown (most recent last), for debugging
+        self.errors: list[
+            str
+        ] = []  # tracebacks of every error shown (most recent last), for debugging
         self._flag = threading.Lock()  # guards the busy flag's check-and-set
         self.waiting = 0  # callbacks blocked on the lock (a long run yields to them between steps)
 
@@ -84,7 +84,9 @@ class Guard:
 
     # --- actions -------------------------------------------------------------------------------
 
-    def action(self, doing: str, fn: Callable[..., Any], *, while_busy: bool = False) -> Callable[..., Any]:
+    def action(
+        self, doing: str, fn: Callable[..., Any], *, while_busy: bool = False
+    ) -> Callable[..., Any]:
         """Wrap fn for on_click / observe: refused while a run is busy (unless while_busy), errors shown."""
 
         def run(*args, **kwargs):
@@ -93,9 +95,14 @@ class Guard:
         run.__name__ = getattr(fn, "__name__", "action")
         return run
 
-    def call(self, doing: str, fn: Callable[..., Any], *args, while_busy: bool = False, **kwargs) -> Any:
+    def call(
+        self, doing: str, fn: Callable[..., Any], *args, while_busy: bool = False, **kwargs
+    ) -> Any:
         if self.busy and not while_busy:
-            self.say(f"{self.busy} is running: press Pause (or wait for it to finish) before {doing}.", "busy")
+            self.say(
+                f"{self.busy} is running: press Pause (or wait for it to finish) before {doing}.",
+                "busy",
+            )
             return None
         if not self.lock.acquire(blocking=False):
             if not while_busy:
@@ -159,5 +166,7 @@ def on_engine_thread(fn, *args):
     if threading.current_thread() is not threading.main_thread():
         return fn(*args)  # already off the main thread (Play, a sweep)
     if _ENGINE is None:
-        _ENGINE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-engine")
+        _ENGINE = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="explorer-engine"
+        )
     return _ENGINE.submit(fn, *args).result()

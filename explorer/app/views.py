@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer import plots
-from explorer.trace import Step
+from explorer.engine.trace import Step
 
 
 @functools.lru_cache(maxsize=64)
@@ -37,7 +37,7 @@ def _spec(builder: Callable[..., go.Figure], args: tuple) -> dict:
 def figure_widget(builder: Callable[..., go.Figure], *args) -> go.FigureWidget:
     """A FigureWidget of plots.<builder>(*args), layout in the constructor. The built figure is cached per
     process as a dict (make_subplots figures take ~0.1-0.2 s to build; a widget from the dict ~20 ms)."""
-    from explorer.app.serve import (
+    from explorer.app.voila.serve import (
         figure_widget_class,  # under `explorer app`: plotly's JS fetched once per page
     )
 
@@ -67,8 +67,14 @@ class LiveChart:
     figure catches up in one message when it is shown again (`set_live(True)`) or flushed.
     """
 
-    def __init__(self, figure: go.FigureWidget, columns: Callable[[Sequence[Step]], plots.Columns], css: str,
-                 keep_last: int | None = None, live: bool = True):
+    def __init__(
+        self,
+        figure: go.FigureWidget,
+        columns: Callable[[Sequence[Step]], plots.Columns],
+        css: str,
+        keep_last: int | None = None,
+        live: bool = True,
+    ):
         self.fig = figure  # built with its layout in the constructor (plotly 7 keeps it)
         self.fig.add_class(f"ie-{css}")
         self.columns = columns
@@ -87,10 +93,16 @@ class LiveChart:
 
     def reset(self, steps: Sequence[Step] = (), layout: dict | None = None) -> None:
         """Show exactly `steps` (the last keep_last of them)."""
-        empty = {name: {prop: arr[:0] for prop, arr in props.items()} for name, props in self.buffers.items()}
+        empty = {
+            name: {prop: arr[:0] for prop, arr in props.items()}
+            for name, props in self.buffers.items()
+        }
         steps = list(steps)
-        self.buffers = plots.concat(empty, self.columns(steps[-self.keep_last:] if self.keep_last else steps)) \
-            if steps else empty
+        self.buffers = (
+            plots.concat(empty, self.columns(steps[-self.keep_last :] if self.keep_last else steps))
+            if steps
+            else empty
+        )
         self._send(layout)
 
     def set_live(self, live: bool) -> None:
@@ -134,7 +146,9 @@ class StripText:
         self.spans: list[str] = []
 
     def set_prompt(self, prompt: str) -> None:
-        self.prompt_html = f'<span class="ie-prompt" style="color:#777">{html.escape(prompt)}</span>'
+        self.prompt_html = (
+            f'<span class="ie-prompt" style="color:#777">{html.escape(prompt)}</span>'
+        )
 
     def reset(self, steps: Sequence[Step], color_by: str = "prob") -> None:
         self.spans = [self.span(s, color_by) for s in steps]
@@ -146,12 +160,13 @@ class StripText:
 
     def render(self) -> None:
         hidden = len(self.spans) - self.window
-        shown = self.spans[-self.window:]
+        shown = self.spans[-self.window :]
         more = f'<span style="color:#999">[… {hidden} earlier tokens] </span>' if hidden > 0 else ""
         self.widget.value = (
             '<div style="font-family:ui-monospace,Menlo,Consolas,monospace;font-size:14px;white-space:pre-wrap;'
             'line-height:1.7;padding:6px;border:1px solid #ddd;border-radius:4px;max-height:9em;overflow-y:auto">'
-            f"{self.prompt_html}{more}{''.join(shown)}</div>")
+            f"{self.prompt_html}{more}{''.join(shown)}</div>"
+        )
 
     @staticmethod
     def span(s: Step, color_by: str = "prob") -> str:
@@ -159,10 +174,15 @@ class StripText:
         hue = int(120 * min(max(value, 0.0), 1.0))  # red (unlikely / uncertain) -> green
         border = "border-bottom:2px solid #222;" if s.phase == "prefill" else ""
         deco = "text-decoration:underline wavy #555;" if s.forced else ""
-        title = html.escape(f"step {s.index}: id {s.token_id}, p={s.prob_final:.3f}, H={s.entropy_final:.2f}"
-                            + (" (forced)" if s.forced else ""), quote=True)
-        return (f'<span class="ie-tok" data-step="{s.index}" title="{title}" '
-                f'style="background:hsl({hue},70%,85%);{border}{deco}">{html.escape(s.token_text)}</span>')
+        title = html.escape(
+            f"step {s.index}: id {s.token_id}, p={s.prob_final:.3f}, H={s.entropy_final:.2f}"
+            + (" (forced)" if s.forced else ""),
+            quote=True,
+        )
+        return (
+            f'<span class="ie-tok" data-step="{s.index}" title="{title}" '
+            f'style="background:hsl({hue},70%,85%);{border}{deco}">{html.escape(s.token_text)}</span>'
+        )
 
 
 class Distribution:
@@ -191,11 +211,19 @@ class Distribution:
             self.title.value = self._title_html(self.EMPTY)
             return
         self.title.value = self._title_html(plots.distribution_title(step), self.HINT)
-        plots.replace(self.fig, plots.distribution_columns(step, top_n), plots.distribution_labels(step, top_n, False))
+        plots.replace(
+            self.fig,
+            plots.distribution_columns(step, top_n),
+            plots.distribution_labels(step, top_n, False),
+        )
 
     def figure(self) -> go.Figure:
         """The panels as a standalone figure with their title (for export)."""
-        return plots.distribution(self.step, self.top_n) if self.step is not None else go.Figure(self.fig)
+        return (
+            plots.distribution(self.step, self.top_n)
+            if self.step is not None
+            else go.Figure(self.fig)
+        )
 
     def token_at(self, point_index: int) -> int:
         """The token id of the bar at point_index (customdata of the 'final' trace)."""
@@ -204,5 +232,7 @@ class Distribution:
 
     @staticmethod
     def _title_html(text: str, hint: str = "") -> str:
-        hint = f' <span style="font-size:12px;color:#777">· {html.escape(hint)}</span>' if hint else ""
+        hint = (
+            f' <span style="font-size:12px;color:#777">· {html.escape(hint)}</span>' if hint else ""
+        )
         return f'<div style="font-size:15px;padding:4px 0 0 8px;color:#222">{html.escape(text)}{hint}</div>'

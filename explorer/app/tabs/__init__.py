@@ -1,0 +1,77 @@
+"""The dashboard's tabs, one module each, behind one small protocol.
+
+A tab is a class registered with @register(order): the dashboard builds every registered tab with
+`Tab(dash)`, shows `tab.widget` under `tab.title`, merges `tab.parts` into dash.parts (names ->
+widgets, CSS class ie-<name>), and calls the hooks below. A new tab is one new module here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import threading
+
+_REGISTRY: list[tuple[int, type]] = []
+
+
+class Tab:
+    """Base class with do-nothing hooks; a tab overrides what it needs."""
+
+    name = ""  # the key in dash.tab(name)
+    title = ""  # the tab's label
+
+    def __init__(self, dash):
+        self.dash = dash
+        self.parts: dict = {}
+        self.widget = None
+
+    def figures(self) -> list:
+        """Every figure the tab holds (synced before display, refitted when shown)."""
+        return []
+
+    def shown_figures(self) -> list:
+        """The figures visible when the tab is selected (default: all of them)."""
+        return self.figures()
+
+    def set_live(self, live: bool) -> None:
+        """Called with True when the tab is selected, False when another is: a hidden tab may skip work."""
+
+    def steps_added(self, steps) -> None:
+        """The session just took `steps` (append only, no O(n) work)."""
+
+    def steps_reset(self, steps) -> None:
+        """Redraw from all of the session's steps (rewind, branch, a new session)."""
+
+    def peaks_known(self, hardware: dict, chips: dict) -> None:
+        """The machine's measured peaks (and known chips' modelled ones) are now known."""
+
+    def session_changed(self) -> None:
+        """A new Session (or model) was swapped in."""
+
+    def flush(self) -> None:
+        """Bring figures up to date before they are exported or displayed."""
+
+    def threads(self) -> list[threading.Thread | None]:
+        """Background threads the tab runs (dash.wait() joins them)."""
+        return []
+
+    def set_busy(self, busy: bool) -> None:
+        """Disable the tab's controls that conflict with a run in progress."""
+
+
+def register(order: int):
+    """Class decorator: add a Tab subclass to the dashboard at position `order`."""
+
+    def add(cls: type) -> type:
+        if not cls.name or not cls.title:
+            raise ValueError(f"{cls.__name__} needs a name and a title")
+        _REGISTRY[:] = [(o, c) for o, c in _REGISTRY if c.name != cls.name] + [(order, cls)]
+        return cls
+
+    return add
+
+
+def registered() -> list[type]:
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+    return [cls for _, cls in sorted(_REGISTRY, key=lambda oc: oc[0])]

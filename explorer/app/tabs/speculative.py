@@ -1,0 +1,294 @@
+"""The Speculative tab: draft/target rounds over the dashboard's model, prompt and sampling.
+
+Round runs one speculative round (explorer.engine.speculative.SpeculativeSession.step()) and appends it to
+the charts; Benchmark times k = 1..k against target-only decoding in one run (speculative.benchmark,
+one k at a time so the progress bar moves) and draws predicted vs measured speedup.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from explorer import plots
+from explorer.app.controls import cls
+from explorer.app.guard import on_engine_thread
+from explorer.app.tabs import Tab, register
+from explorer.app.views import LiveChart, figure_widget
+from explorer.engine.session import prompt_input
+
+RUN_TOKENS = 32
+
+
+@register(50)
+class SpeculativeTab(Tab):
+    name, title = "speculative", "Speculative"
+
+    def __init__(self, dash):
+        super().__init__(dash)
+        self.session = (
+            None  # explorer.engine.speculative.SpeculativeSession, built on the first round
+        )
+        self._key = None  # (target, draft, prompt, k) the session was built for
+        self._thread: threading.Thread | None = None
+        self._alpha_counts: dict = {}
+        names = dash._model_names()
+        draft = "bundled:draft" if "bundled:draft" in names else names[0]
+        self.draft = cls(
+            W.Dropdown(
+                options=names,
+                value=draft,
+                description="draft model",
+                layout=W.Layout(width="280px"),
+            ),
+            "spec-draft",
+        )
+        self.k = cls(
+            W.IntText(
+                value=4,
+                description="k (drafts)",
+                continuous_update=False,
+                layout=W.Layout(width="170px"),
+            ),
+            "spec-k",
+        )
+        self.round_button = cls(
+            W.Button(
+                description="Round",
+                icon="step-forward",
+                button_style="primary",
+                tooltip="one round: k draft passes, one verify pass",
+            ),
+            "spec-step",
+        )
+        self.run_button = cls(
+            W.Button(
+                description=f"Run {RUN_TOKENS} tokens",
+                icon="forward",
+                layout=W.Layout(width="auto"),
+            ),
+            "spec-run",
+        )
+        self.reset_button = cls(W.Button(description="Reset", icon="refresh"), "spec-reset")
+        self.bench_button = cls(
+            W.Button(
+                description="Benchmark k = 1..k",
+                icon="tachometer",
+                layout=W.Layout(width="auto"),
+                tooltip="predicted vs measured speedup against target-only decoding",
+            ),
+            "spec-bench",
+        )
+        self.progress = cls(
+            W.IntProgress(
+                value=0, min=0, max=1, description="benchmark", layout=W.Layout(width="320px")
+            ),
+            "spec-progress",
+        )
+        self.status = cls(
+            W.HTML(
+                value="Press Round: the draft proposes k tokens, the target verifies them in "
+                "one pass."
+            ),
+            "spec-status",
+        )
+        self.rounds = LiveChart(
+            figure_widget(plots.rounds_figure), plots.rounds_columns, "spec-rounds"
+        )
+        self.alpha = LiveChart(
+            figure_widget(plots.alpha_figure),
+            lambda rs: plots.alpha_columns(rs, self._alpha_counts),
+            "spec-alpha",
+        )
+        self.hist = figure_widget(plots.accepted_histogram_figure)
+        self.hist.add_class("ie-spec-hist")
+        self.speedup = figure_widget(plots.speedup_figure)
+        self.speedup.add_class("ie-spec-speedup")
+        g = dash.guard
+        self.round_button.on_click(g.action("A speculative round", lambda _: self.step()))
+        self.run_button.on_click(g.action("Speculative run", lambda _: self.run(RUN_TOKENS)))
+        self.reset_button.on_click(g.action("Speculative reset", lambda _: self.reset()))
+        self.bench_button.on_click(lambda _: self.start_benchmark())
+        self.widget = W.VBox(
+            [
+                W.HTML(
+                    "<b>Speculative decoding</b>: the draft proposes, the target checks all proposals in one pass; "
+                    "the output is distributed exactly as the target's own samples."
+                ),
+                W.HBox([self.draft, self.k, self.round_button, self.run_button, self.reset_button]),
+                self.status,
+                self.rounds.fig,
+                W.HBox([self.alpha.fig, self.hist]),
+                W.HBox([self.bench_button, self.progress]),
+                self.speedup,
+            ]
+        )
+        self.widget.add_class("ie-speculative")
+        self.parts = {
+            "spec-draft": self.draft,
+            "spec-k": self.k,
+            "spec-step": self.round_button,
+            "spec-run": self.run_button,
+            "spec-reset": self.reset_button,
+            "spec-bench": self.bench_button,
+            "spec-progress": self.progress,
+            "spec-status": self.status,
+            "spec-rounds": self.rounds.fig,
+            "spec-alpha": self.alpha.fig,
+            "spec-hist": self.hist,
+            "spec-speedup": self.speedup,
+            "speculative": self.widget,
+        }
+
+    # --- host hooks ---
+
+    def figures(self) -> list[go.FigureWidget]:
+        return [self.rounds.fig, self.alpha.fig, self.hist, self.speedup]
+
+    def threads(self) -> list[threading.Thread | None]:
+        return [self._thread]
+
+    def set_busy(self, busy: bool) -> None:
+        for b in (
+            self.round_button,
+            self.run_button,
+            self.reset_button,
+            self.bench_button,
+            self.draft,
+            self.k,
+        ):
+            b.disabled = busy
+
+    # --- actions ---
+
+    def step(self):
+        """One round; returns the Round."""
+        session = self._session()
+        if session.done:
+            self.dash.guard.say(
+                f"The speculative run has stopped ({session.stop_reason}); press Reset.", "info"
+            )
+            return None
+        session.set_sampling(self.dash.session.sampling)
+        rnd = on_engine_thread(session.step)
+        self._render([rnd])
+        return rnd
+
+    def run(self, n_tokens: int) -> list:
+        session = self._session()
+        session.set_sampling(self.dash.session.sampling)
+        rounds = on_engine_thread(session.run, n_tokens) if not session.done else []
+        self._render(rounds)
+        return rounds
+
+    def reset(self) -> None:
+        self.session, self._key = None, None
+        self._alpha_counts.clear()
+        self.rounds.reset()
+        self.alpha.reset()
+        plots.replace(self.hist, plots.accepted_histogram_columns([]))
+        self.status.value = "Reset: press Round."
+
+    def start_benchmark(self) -> bool:
+        """Benchmark k = 1..k on a background thread (the progress bar moves per k)."""
+        g = self.dash.guard
+        try:
+            k_max = _check_k(self.k.value)
+            target = self.dash.session.lm
+            draft = self.dash._load(self.draft.value)
+            from explorer.engine.speculative import check_pair
+
+            check_pair(target, draft)
+        except Exception as err:  # noqa: BLE001
+            g.fail(err, "The speculative benchmark")
+            return False
+        if not g.start("The speculative benchmark"):
+            return False
+        args = (target, draft, self._prompt(target), self.dash.session.sampling, k_max)
+        self._thread = threading.Thread(
+            target=self._benchmark, args=args, name="explorer-spec-bench", daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def _benchmark(self, target, draft, prompt, sampling, k_max: int) -> None:
+        from explorer.engine.speculative import benchmark
+
+        g = self.dash.guard
+        rows = []
+        try:
+            self.progress.max, self.progress.value = k_max, 0
+            t0 = time.perf_counter()
+            for k in range(1, k_max + 1):
+                rows.extend(
+                    benchmark(target, draft, prompt, sampling, ks=[k], n_tokens=32, repeats=2)
+                )
+                self.progress.value = k
+            plots.replace(self.speedup, plots.speedup_columns(rows))
+            best = max(rows, key=lambda r: r["measured"])
+            g.say(
+                f"Benchmark done in {time.perf_counter() - t0:.1f} s: best measured speedup {best['measured']:.2f}x "
+                f"at k={best['k']} (alpha {best['alpha']:.2f}); {rows[0]['timing']}; 2 repeats, 32 tokens, "
+                f"{rows[0]['device']} {rows[0]['dtype']}.",
+                "ok",
+            )
+        except Exception as err:  # noqa: BLE001 - shown; the rows finished so far stay on the chart
+            if rows:
+                plots.replace(self.speedup, plots.speedup_columns(rows))
+            g.fail(err, f"The speculative benchmark (after {len(rows)} of {k_max} values of k)")
+        finally:
+            g.finish()
+
+    # --- internals ---
+
+    def _prompt(self, lm):
+        return prompt_input(lm, self.dash.run_settings.prompt)
+
+    def _session(self):
+        from explorer.engine.speculative import SpeculativeSession
+
+        k = _check_k(self.k.value)
+        target = self.dash.session.lm
+        key = (target.info.name, self.draft.value, self.dash.run_settings.prompt)
+        if self.session is not None and self._key == key:
+            if self.session.k != k:
+                self.session.set_k(k)
+            return self.session
+        draft = self.dash._load(self.draft.value)
+        session = SpeculativeSession(
+            target,
+            draft,
+            self._prompt(target),
+            self.dash.session.sampling,
+            k=k,
+            top_n=self.dash.run_settings.top_n,
+            max_new_tokens=self.dash.run_settings.max_new_tokens,
+        )
+        self.reset()
+        self.session, self._key = session, key
+        return session
+
+    def _render(self, rounds) -> None:
+        if not rounds:
+            return
+        self.rounds.append(rounds, {"yaxis.range": plots.rounds_range(rounds[-1].index)})
+        self.alpha.append(rounds)
+        stats = self.session.stats()
+        plots.replace(self.hist, plots.accepted_histogram_columns(stats["accepted_histogram"]))
+        alpha = "n/a" if stats["alpha"] is None else f"{stats['alpha']:.3f}"
+        self.status.value = (
+            f"{stats['rounds']} rounds, {stats['emitted']} tokens emitted, alpha {alpha} "
+            f"(accepted {stats['accepted']} of {stats['tested']} tested), "
+            f"{stats['mean_tokens_per_round']:.2f} tokens per round; draft passes "
+            f"{stats['draft_s'] * 1e3:.1f} ms, verify passes {stats['verify_s'] * 1e3:.1f} ms "
+            f"(measured). Text: {self.session.text[-120:]!r}"
+        )
+
+
+def _check_k(k) -> int:
+    if not isinstance(k, int) or k < 1 or k > 16:
+        raise ValueError(f"k (draft tokens per round) must be between 1 and 16, got {k!r}")
+    return k

@@ -1,0 +1,217 @@
+"""The Sweeps tab: explorer.sweeps over the dashboard's current model, each with Run, progress, chart.
+
+A sweep runs on a background thread (the kernel stays responsive; conflicting controls are off
+until it ends). It returns a DataFrame; the chart is redrawn from it once, at the end. A sweep
+that fails halfway leaves its chart as it was and says why; one that runs out of memory stops
+itself and keeps its rows (the frame's notes say where it stopped), and so does one that is Stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import ipywidgets as W
+
+from explorer import plots, sweeps
+from explorer.app.controls import cls
+from explorer.app.export import download_link
+from explorer.app.tabs import Tab, register
+from explorer.app.views import figure_widget, refit
+
+
+@register(40)
+class SweepsTab(Tab):
+    """One inner page per registered sweep (explorer.sweeps): its sizes box, Run, Stop, progress, chart."""
+
+    name, title = "sweeps", "Sweeps"
+
+    def __init__(self, dash):
+        super().__init__(dash)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.frames: dict[str, object] = {}  # the last DataFrame of each sweep
+        self.charts: dict[str, object] = {}
+        self.names = sweeps.names()
+        self.repeats = cls(
+            W.IntText(
+                value=3,
+                description="repeats",
+                continuous_update=False,
+                layout=W.Layout(width="160px"),
+            ),
+            "sweep-repeats",
+        )
+        self.stop_button = cls(
+            W.Button(
+                description="Stop",
+                icon="stop",
+                disabled=True,
+                tooltip="stop the running sweep after its current point (rows kept)",
+            ),
+            "sweep-stop",
+        )
+        self.stop_button.on_click(lambda _: self.stop())
+        self.parts.update({"sweep-repeats": self.repeats, "sweep-stop": self.stop_button})
+        pages = [self._page(sweeps.get(n)) for n in self.names]
+        self.inner = W.Tab(children=pages, titles=[sweeps.get(n).title for n in self.names])
+        self.inner.observe(
+            lambda ch: [refit(f) for f in self.shown_figures()], names="selected_index"
+        )
+        self.widget = W.VBox(
+            [
+                W.HTML(
+                    "Each sweep times the current model on this machine (median of the repeats, "
+                    "device-synchronised) next to the roofline bound (modelled: dotted)."
+                ),
+                W.HBox([self.repeats, self.stop_button]),
+                self.inner,
+            ]
+        )
+        self.widget.add_class("ie-sweeps")
+        self.parts["sweeps"] = self.widget
+
+    def _page(self, sweep) -> W.Widget:
+        box = sweep.params[0]  # the sizes the person types; repeats has its own box
+        sizes = cls(
+            W.Text(
+                value=box.default or "",
+                description=box.label,
+                continuous_update=False,
+                layout=W.Layout(width="420px"),
+                style={"description_width": "110px"},
+            ),
+            f"sweep-{sweep.name}-sizes",
+        )
+        run = cls(
+            W.Button(description="Run", icon="play", button_style="primary", tooltip=sweep.help),
+            f"sweep-{sweep.name}-run",
+        )
+        progress = cls(
+            W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="260px")),
+            f"sweep-{sweep.name}-progress",
+        )
+        status = cls(W.HTML(value=sweep.help), f"sweep-{sweep.name}-status")
+        chart = figure_widget(plots.sweep_figure, sweep.name)
+        chart.add_class(f"ie-sweep-{sweep.name}")
+        run.on_click(lambda _: self.start(sweep.name))
+        self.charts[sweep.name] = chart
+        self.parts.update(
+            {
+                f"sweep-{sweep.name}-sizes": sizes,
+                f"sweep-{sweep.name}-run": run,
+                f"sweep-{sweep.name}-progress": progress,
+                f"sweep-{sweep.name}-status": status,
+                f"sweep-{sweep.name}": chart,
+            }
+        )
+        return W.VBox([W.HBox([sizes, run, progress]), status, chart])
+
+    # --- the Tab protocol ---
+
+    def figures(self):
+        return list(self.charts.values())
+
+    def shown_figures(self):
+        """The chart of the sweep whose inner tab is selected."""
+        index = self.inner.selected_index
+        return [] if index is None else [self.charts[self.names[index]]]
+
+    def threads(self):
+        return [self._thread]
+
+    def set_busy(self, busy: bool) -> None:
+        for name, widget in self.parts.items():
+            if name.endswith("-run") or name.endswith("-sizes") or name == "sweep-repeats":
+                widget.disabled = busy
+        running = self._thread is not None and self._thread.is_alive()
+        self.stop_button.disabled = not (busy and running)
+
+    # --- running ---
+
+    def start(self, name: str) -> bool:
+        """Validate the sizes, then run the sweep on a background thread. False if it did not start."""
+        g, title = self.dash.guard, sweeps.get(name).title
+        try:
+            kwargs = self.arguments(name)
+        except ValueError as err:
+            g.fail(err, f"The {title} sweep")
+            return False
+        if not g.start(f"The {title} sweep"):
+            return False
+        self._stop.clear()
+        self.parts[f"sweep-{name}-progress"].value = 0
+        g.say(
+            f"Running the {title} sweep on {self.dash.session.lm.info.name}… (Stop keeps the rows so far)",
+            "busy",
+        )
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(name, self.dash.session.lm, kwargs),
+            name=f"explorer-sweep-{name}",
+            daemon=True,
+        )
+        self._thread.start()
+        self.set_busy(True)
+        return True
+
+    def stop(self) -> None:
+        """Ask the running sweep to stop after its current point (its rows are kept and drawn)."""
+        self._stop.set()
+        self.dash.guard.say("Stopping the sweep after its current point…", "busy")
+
+    def arguments(self, name: str) -> dict:
+        """The sweep's keyword arguments from the boxes (ValueError with a readable message)."""
+        repeats = self.repeats.value
+        if not 1 <= repeats <= 50:
+            raise ValueError(f"repeats must be between 1 and 50, got {repeats}")
+        sweep = sweeps.get(name)
+        return {
+            **sweep.arguments({sweep.params[0].name: self.parts[f"sweep-{name}-sizes"].value}),
+            "repeats": repeats,
+        }
+
+    def _run(self, name: str, lm, kwargs: dict) -> None:
+        g, title = self.dash.guard, sweeps.get(name).title
+        progress = self.parts[f"sweep-{name}-progress"]
+
+        def tick(done: int, total: int) -> None:
+            progress.max, progress.value = max(total, 1), done
+
+        t0 = time.perf_counter()
+        try:
+            df = sweeps.run(name, lm, progress=tick, bar=False, stop=self._stop, **kwargs)
+            self.show(name, df)
+            notes = df.attrs.get("notes") or []
+            g.say(
+                f"The {title} sweep finished in {time.perf_counter() - t0:.1f} s ({len(df)} rows)"
+                + (": " + "; ".join(notes) if notes else "."),
+                "info" if notes else "ok",
+            )
+        except Exception as err:  # noqa: BLE001 - shown; the chart keeps the previous run
+            g.fail(err, f"The {title} sweep")
+        finally:
+            g.finish()
+
+    def show(self, name: str, df) -> None:
+        """Redraw a sweep's chart and status from its DataFrame."""
+        chart = self.charts[name]
+        plots.replace(chart, plots.sweep_columns(name, df))
+        extras = plots.sweep_shapes(name, df)
+        with (
+            chart.batch_update()
+        ):  # plotly_relayout({"shapes": [...]}) leaves layout.shapes unchanged
+            chart.layout.shapes = extras["shapes"]
+            if "title.text" in extras:
+                chart.layout.title.text = extras["title.text"]
+        self.frames[name] = df
+        a = df.attrs
+        notes = a.get("notes") or []
+        where = (
+            f"{a.get('model', '')} on {a.get('device', '')} {a.get('dtype', '')}, median of {a.get('repeats')} "
+            f"repeats, timer: {a.get('timer', '')}"
+        )
+        link = download_link(df.to_csv(index=False), f"sweep-{name}.csv", "table (CSV)")
+        self.parts[f"sweep-{name}-status"].value = (
+            f"{len(df)} rows · {where}" + ("".join(f"<br>note: {n}" for n in notes)) + f"<br>{link}"
+        )

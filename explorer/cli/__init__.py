@@ -1,0 +1,86 @@
+"""`explorer` command line: the same core as the notebooks and the dashboard.
+
+One module per command group in this folder; each has ORDER and add(subparsers), which registers
+its parsers and sets `func`. main() only dispatches: whatever a user can get wrong (a bad flag
+value, a missing model, an unreadable trace file, Ctrl-C) ends with one line on stderr and a
+non-zero exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+
+def _groups() -> list:
+    modules = [
+        importlib.import_module(f"{__name__}.{m.name}")
+        for m in pkgutil.iter_modules(__path__)
+        if m.name not in ("common", "__main__") and not m.name.startswith("_")
+    ]
+    return sorted((m for m in modules if hasattr(m, "add")), key=lambda m: m.ORDER)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (which flag, what is wrong, where the help is)."""
+
+    def error(self, message: str):
+        print(f"explorer: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="explorer", description="See LLM inference step by step.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in _groups():
+        group.add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from explorer.engine.trace import TraceFormatError
+    from explorer.model import ModelNotFoundError, is_out_of_memory
+
+    try:
+        args = build_parser().parse_args(
+            argv
+        )  # argparse prints its own one-line usage error, exit 2
+        return args.func(args) or 0
+    except SystemExit as done:  # argparse: --help (0) or a usage error it has already printed (2)
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        print("explorer: interrupted (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ModelNotFoundError, TraceFormatError, ValueError) as err:
+        print(f"explorer: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:
+        print(
+            f"explorer: {err.strerror or err}: {err.filename}"
+            if err.filename
+            else f"explorer: {err}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except (MemoryError, RuntimeError) as err:
+        if not is_out_of_memory(err):
+            raise
+        print(
+            f"explorer: out of memory: {_one_line(err)}; try a smaller batch, context or model",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    lines = text.splitlines()
+    return lines[0] + (
+        f" ({'; '.join(line.strip() for line in lines[1:] if line.strip())})"
+        if len(lines) > 1
+        else ""
+    )

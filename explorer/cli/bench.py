@@ -1,0 +1,201 @@
+"""explorer bench ...: benchmarks that print ratios measured side by side in one process."""
+
+from __future__ import annotations
+
+from explorer.cli.common import print_json
+
+ORDER = 40
+
+
+def add(sub) -> None:
+    _add_bench(sub)
+
+
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks, measured side by side in one process")
+    bench = p.add_subparsers(dest="bench", required=True)
+    for add in BENCH_COMMANDS:
+        add(bench)
+
+
+def _add_bench_overhead(bench) -> None:
+    p = bench.add_parser(
+        "overhead", help="a fully recording greedy Session vs transformers' generate()"
+    )
+    p.add_argument("--model", default=None, help="bundled:target (default), arch:qwen2.5-0.5b, ...")
+    p.add_argument(
+        "--prompt",
+        default="The return statement",
+        help="prompt text (models without a tokenizer get 8 fixed token ids)",
+    )
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: torch's choice); 1 is steadier on a shared machine",
+    )
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_bench_overhead)
+
+
+def _cmd_bench_overhead(args) -> int:
+    from explorer.engine.session import overhead_benchmark
+    from explorer.model.loader import load
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    lm = load(args.model, device=args.device, dtype=args.dtype)
+    ids = lm.tokenizer(args.prompt)["input_ids"] if lm.tokenizer is not None else list(range(1, 9))
+    out = overhead_benchmark(
+        lm, ids, new_tokens=args.new_tokens, repeats=args.repeats, warmup=args.warmup
+    )
+    if args.json:
+        print_json(out)
+        return 0
+    g, s = out["generate"], out["session"]
+    print(
+        f"{out['model']} on {out['device']} ({out['dtype']}, {out['threads']} threads): {out['new_tokens']} new "
+        f"tokens from a {out['prompt_tokens']}-token prompt, {out['repeats']} alternating repeats after "
+        f"{out['warmup']} warm-up, {g['method']}"
+    )
+    for name, m in (("generate()", g), ("Session (top_n=20)", s)):
+        print(
+            f"  {name:<20} median {m['median_s'] * 1e3:9.1f} ms  (min {m['min_s'] * 1e3:.1f}, "
+            f"max {m['max_s'] * 1e3:.1f})  {m['median_s'] * 1e3 / out['new_tokens']:.2f} ms/token"
+        )
+    print(
+        f"  ratio session/generate = {out['ratio']:.3f}   same greedy tokens: {out['same_tokens']}"
+    )
+    return 0
+
+
+def _add_bench_speculative(bench) -> None:
+    p = bench.add_parser(
+        "speculative", help="alpha, accepted length, predicted vs measured speedup per k"
+    )
+    p.add_argument("--target", default="bundled:target")
+    p.add_argument("--draft", default="bundled:draft")
+    p.add_argument(
+        "--prompt",
+        default="The return statement",
+        help="prompt text (models without a tokenizer: ids 1..8)",
+    )
+    p.add_argument("--k", default="1..8", help="a range 1..8, a list 1,2,4 or one number")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=48,
+        help="tokens per run (speculative and target-only)",
+    )
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--modes",
+        default="greedy,sample",
+        help="greedy and/or sample (plain sampling at temperature 1)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--arch-pair",
+        nargs=2,
+        default=None,
+        metavar=("TARGET", "DRAFT"),
+        help="also time the passes of two (arch:) models, e.g. arch:qwen2.5-0.5b arch:smollm2-135m, "
+        "for their cost ratio c and the alpha from which the method pays off",
+    )
+    p.add_argument(
+        "--context-len", type=int, default=64, help="cached prefix for the --arch-pair timing"
+    )
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_bench_speculative)
+
+
+def _cmd_bench_speculative(args) -> int:
+    from explorer import Sampling
+    from explorer.engine.speculative import benchmark, measure_cost_ratio, parse_ks
+    from explorer.model.loader import load
+
+    ks = parse_ks(args.k)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - {"greedy", "sample"}:
+        raise ValueError(f"--modes takes greedy and/or sample, got {args.modes!r}")
+    target = load(args.target, device=args.device, dtype=args.dtype)
+    draft = load(args.draft, device=args.device, dtype=args.dtype)
+    prompt = args.prompt if target.tokenizer is not None else list(range(1, 9))
+    rows = []
+    for mode in modes:
+        s = Sampling(greedy=True) if mode == "greedy" else Sampling(temperature=1.0, seed=args.seed)
+        rows += benchmark(
+            target, draft, prompt, s, ks, n_tokens=args.max_new_tokens, repeats=args.repeats
+        )
+    pair = None
+    if args.arch_pair:
+        pair = measure_cost_ratio(
+            load(args.arch_pair[0], device=args.device, dtype=args.dtype),
+            load(args.arch_pair[1], device=args.device, dtype=args.dtype),
+            ks,
+            context_len=args.context_len,
+        )
+    if args.json:
+        print_json(
+            {"target": target.info.name, "draft": draft.info.name, "rows": rows, "cost_pair": pair}
+        )
+        return 0
+    _print_bench_speculative(target, draft, rows, pair)
+    return 0
+
+
+def _print_bench_speculative(target, draft, rows: list[dict], pair: dict | None) -> None:
+    r0 = rows[0]
+    print(
+        f"target {target.info.name} vs draft {draft.info.name} on {r0['device']} ({r0['dtype']}): "
+        f"{r0['n_tokens']} tokens per run, {r0['repeats']} repeats; {r0['timing']}"
+    )
+    print(
+        "c = draft pass / target decode pass, v = verify pass (k+1 tokens) / target decode pass, both measured; "
+        "predicted = (1 - a^(k+1)) / ((1 - a)(k c + 1)); with v: ... / (k c + v); "
+        "measured = target-only time per token / speculative time per token (forward passes; wall: everything)"
+    )
+    print(
+        f"{'mode':<7}{'k':>3} {'alpha':>6} {'acc/rnd':>7} {'tok/rnd':>7} {'c':>6} {'v':>6} "
+        f"{'predicted':>9} {'pred(v)':>8} {'measured':>8} {'wall':>6}"
+    )
+    for r in rows:
+
+        def f(x, w, d=3):
+            return f"{x:>{w}.{d}f}" if x is not None else f"{'-':>{w}}"
+
+        print(
+            f"{'greedy' if r['greedy'] else 'sample':<7}{r['k']:>3} {f(r['alpha'], 6)} {f(r['mean_accepted'], 7, 2)} "
+            f"{f(r['mean_tokens_per_round'], 7, 2)} {f(r['c'], 6)} {f(r['v'], 6)} {f(r['predicted'], 9)} "
+            f"{f(r['predicted_with_verify_cost'], 8)} {f(r['measured'], 8)} {f(r['measured_wall'], 6)}"
+        )
+    if pair:
+        print(
+            f"\ncost pair {pair['target']} (target) vs {pair['draft']} (draft), random weights, "
+            f"{pair['context_len']}-token cached prefix, {pair['timing']}:"
+        )
+        print(
+            f"  draft pass {pair['draft_pass_s'] * 1e3:.2f} ms, target decode pass "
+            f"{pair['target_decode_s'] * 1e3:.2f} ms, c = {pair['c']:.3f}"
+        )
+        for row in pair["per_k"]:
+            a, av = row["breakeven_alpha"], row["breakeven_alpha_with_verify_cost"]
+            print(
+                f"  k={row['k']}: verify pass {row['verify_pass_s'] * 1e3:.2f} ms (v = {row['v']:.2f}); pays off "
+                f"from alpha = {'never' if a is None else f'{a:.3f}'} (v = 1), "
+                f"{'never' if av is None else f'{av:.3f}'} (measured v)"
+            )
+
+
+BENCH_COMMANDS = [_add_bench_overhead, _add_bench_speculative]

@@ -1,0 +1,55 @@
+"""explorer info: facts about a model."""
+
+from __future__ import annotations
+
+from explorer.cli.common import print_json
+
+ORDER = 10
+
+
+def add(sub) -> None:
+    _add_info(sub)
+
+
+def _add_info(sub) -> None:
+    p = sub.add_parser("info", help="facts about a model (parameters, layers, heads, bytes)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        help="bundled:target (default), bundled:draft, arch:NAME, hub id or path",
+    )
+    p.add_argument("--list", action="store_true", help="list every offline model name")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_info)
+
+
+def _cmd_info(args) -> int:
+    from explorer.model.loader import arch_info, available_models, load
+
+    if args.list:
+        names = available_models()
+        print_json(names) if args.json else print("\n".join(names))
+        return 0
+    name = args.model or "bundled:target"
+    big = name.startswith("arch:") and name not in (
+        "arch:gpt2",
+        "arch:smollm2-135m",
+        "arch:qwen2.5-0.5b",
+    )
+    info = arch_info(name) if big else load(name, device=args.device, dtype=args.dtype).info
+    if args.json:
+        print_json(info.to_dict())
+        return 0
+    for key, value in info.to_dict().items():
+        print(
+            f"{key:>26}  {value:,}"
+            if isinstance(value, int) and not isinstance(value, bool)
+            else f"{key:>26}  {value}"
+        )
+    print(f"{'kv_bytes_per_token':>26}  {info.kv_bytes_per_token:,}")
+    if big:
+        print("(shape only: built on the meta device, no memory allocated)")
+    return 0

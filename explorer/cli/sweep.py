@@ -1,0 +1,82 @@
+"""explorer sweep NAME: every sweep in the registry (explorer.sweeps), its flags read from its Params."""
+
+from __future__ import annotations
+
+import json
+
+from explorer.cli.common import print_json
+
+ORDER = 60
+
+
+def add(sub) -> None:
+    from explorer import sweeps
+
+    p = sub.add_parser("sweep", help="timed sweeps: " + ", ".join(sweeps.names()))
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="NAME")
+    for name in sweeps.names():
+        sweep = sweeps.get(name)
+        q = kinds.add_parser(name, help=f"{sweep.title}: {sweep.help}")
+        q.add_argument("--model", default="bundled:target")
+        q.add_argument("--device", default="auto")
+        q.add_argument("--dtype", default="auto")
+        for param in sweep.params:
+            q.add_argument(
+                param.cli_flag,
+                dest=f"param_{param.name}",
+                default=param.default,
+                metavar=param.kind.upper(),
+                help=f"{param.help} (default: {param.default or 'the sweep' + chr(39) + 's own'})",
+            )
+        q.add_argument(
+            "--csv",
+            default=None,
+            metavar="FILE",
+            help="write the table to FILE (attrs to FILE.attrs.json)",
+        )
+        q.add_argument("--json", action="store_true", help="print the rows and attrs as JSON")
+        q.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import pandas as pd
+
+    from explorer import sweeps
+    from explorer.model.loader import load
+
+    sweep = sweeps.get(args.kind)
+    texts = {
+        k[len("param_") :]: v
+        for k, v in vars(args).items()
+        if k.startswith("param_") and v is not None
+    }
+    kwargs = {}
+    for param in sweep.params:  # before loading: a bad value fails fast, naming its flag
+        if texts.get(param.name) is not None:
+            try:
+                kwargs[param.name] = param.parse(texts[param.name])
+            except ValueError as err:
+                raise ValueError(f"{param.cli_flag}: {err}") from None
+    lm = load(args.model, device=args.device, dtype=args.dtype)
+    df = sweep.run(lm, **kwargs)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+        with open(args.csv + ".attrs.json", "w") as f:
+            json.dump(df.attrs, f, indent=2, default=str)
+    if args.json:
+        print_json({"rows": json.loads(df.to_json(orient="records")), "attrs": df.attrs})
+    else:
+        a = df.attrs
+        print(
+            f"sweep {args.kind}: {a['model']} on {a['device']} ({a['dtype']}, {a['threads']} threads), median of "
+            f"{a['repeats']} after {a['warmup']} warm-up, {a['timer']}"
+        )
+        with pd.option_context(
+            "display.width", 200, "display.max_columns", 40, "display.float_format", "{:.4g}".format
+        ):
+            print(df.to_string(index=False))
+        if a.get("knee_batch_modelled", "absent") != "absent":
+            print(f"roofline knee (modelled): B={a['knee_batch_modelled']}")
+        for note in a["notes"]:
+            print(f"note: {note}")
+    return 130 if sweeps.interrupted(df) else 0

@@ -1,0 +1,52 @@
+"""Why a step takes its time: bytes and FLOPs by named part (parts), and the machine's peaks (hardware).
+
+from explorer import costs
+costs.forward_cost(info, batch=1, tokens_fed=1, context_len=128)   # modelled, by part
+costs.hardware.measure("cpu", "float32")                            # measured peaks
+"""
+
+from explorer.costs import hardware
+from explorer.costs.parts import (
+    BOUND_EXCLUDES,
+    FAMILIES,
+    PART_NOTES,
+    ForwardCost,
+    GenerationCost,
+    Shape,
+    bound_bytes,
+    check_sizes,
+    decode_knee,
+    forward_bytes,
+    forward_cost,
+    forward_flops,
+    generation_cost,
+    generation_steps,
+    parameter_bytes,
+    parameter_counts,
+    roofline,
+    shape_of,
+    step_roofline,
+)
+
+__all__ = [
+    "BOUND_EXCLUDES",
+    "FAMILIES",
+    "PART_NOTES",
+    "ForwardCost",
+    "GenerationCost",
+    "Shape",
+    "bound_bytes",
+    "check_sizes",
+    "decode_knee",
+    "forward_bytes",
+    "forward_cost",
+    "forward_flops",
+    "generation_cost",
+    "generation_steps",
+    "hardware",
+    "parameter_bytes",
+    "parameter_counts",
+    "roofline",
+    "shape_of",
+    "step_roofline",
+]

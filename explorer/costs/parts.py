@@ -1,0 +1,547 @@
+"""What one forward pass costs: modelled FLOPs and bytes moved, by named part, and its roofline.
+
+Everything here is *modelled* (pure arithmetic on the model's shape); nothing is timed. The
+formulas, for batch B, tokens fed n, context length L (cached prefix + fed), dtype size b:
+
+    weights/embedding       B*n rows gathered from the token embedding: B*n*hidden*b
+    weights/position_embedding  (GPT-2's learned positions) B*n rows gathered: B*n*hidden*b
+    weights/attention       every q/k/v/o matrix (and bias) of every layer, read once per pass
+    weights/mlp             every MLP matrix (and bias) of every layer, read once per pass
+    weights/norms           norm weights (and biases), tiny
+    weights/lm_head         the whole [vocab, hidden] output matrix, read once per pass. With tied
+                            embeddings it is the same matrix as the token embedding, counted once
+                            here in full (the B*n rows gathered at the input are counted above).
+    kv_read                 the cached prefix: 2*layers*kv_heads*head_dim*b*B*(L-n). The K/V just
+                            computed for the n fed tokens are not counted as read again (an ideal
+                            kernel uses them from registers/cache right after computing them).
+    kv_write                the fed tokens' K/V: 2*layers*kv_heads*head_dim*b*B*n
+    activations             an ESTIMATE: every intermediate tensor of a layer written once and read
+                            once (see Shape.act_elems), plus the logits written and read back.
+
+Without a cache there is no KV read/write to memory: K and V of the whole sequence are
+recomputed inside the pass (n == L), so the work moves to FLOPs, which grow with n*L.
+
+Not counted: DynamicCache grows by torch.cat, which copies the whole cache every step (a real
+extra read+write of the prefix that a static, in-place cache avoids); the model is the ideal.
+
+FLOPs (2 per multiply-add; elementwise ops, norms, softmax and RoPE are not counted):
+
+    flops/attention_proj    2*B*n*(q, k, v, o matrix parameters) per layer
+    flops/mlp               2*B*n*(MLP matrix parameters) per layer
+    flops/attention_scores  2*B*heads*head_dim*n*L for QK^T plus the same for AV, per layer
+                            (the full n x L rectangle, as SDPA computes it; causal masking skips
+                            none of it in the formula)
+    flops/lm_head           2*B*n_logits*hidden*vocab (n_logits = n unless only the last
+                            position's logits are computed)
+
+Roofline: bound_s = max(flops / peak FLOP/s, bytes / peak bandwidth), a lower bound on latency
+(peaks from explorer.costs.hardware: the best measured repeat, cache bandwidth when a pass's bytes fit
+in the last-level cache; see Peaks.bandwidth_for). The bound and achieved_gbps count the bytes
+that must cross the memory bus (weights and KV: `bound_bytes`); the activations estimate is shown
+as a part but left out of both, because intermediate tensors often never leave on-chip caches and
+a lower bound must not count traffic that may not happen.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from explorer.model.loader import ModelInfo, dtype_bytes
+
+# Per-family structure the ModelInfo numbers do not say. Keys: MLP kind, norm kind, learned
+# position embedding, biases on q/k/v, on the attention output, on the MLP matrices.
+FAMILIES: dict[str, dict[str, Any]] = {
+    "gpt2": dict(
+        mlp="gelu",
+        norm="layernorm",
+        learned_positions=True,
+        qkv_bias=True,
+        out_bias=True,
+        mlp_bias=True,
+    ),
+    "llama": dict(
+        mlp="swiglu",
+        norm="rmsnorm",
+        learned_positions=False,
+        qkv_bias=False,
+        out_bias=False,
+        mlp_bias=False,
+    ),
+    "mistral": dict(
+        mlp="swiglu",
+        norm="rmsnorm",
+        learned_positions=False,
+        qkv_bias=False,
+        out_bias=False,
+        mlp_bias=False,
+    ),
+    "qwen2": dict(
+        mlp="swiglu",
+        norm="rmsnorm",
+        learned_positions=False,
+        qkv_bias=True,
+        out_bias=False,
+        mlp_bias=False,
+    ),
+}
+
+PART_NOTES: dict[str, str] = {
+    "weights/embedding": "modelled: B*n gathered rows of the token embedding",
+    "weights/position_embedding": "modelled: B*n gathered rows of the learned position embedding",
+    "weights/attention": "modelled: all q/k/v/o weights and biases, read once",
+    "weights/mlp": "modelled: all MLP weights and biases, read once",
+    "weights/norms": "modelled: all norm weights (and biases), read once",
+    "weights/lm_head": "modelled: the whole output matrix, read once (tied: shared with the embedding, counted once)",
+    "kv_read": "modelled: cached prefix K and V, 2*layers*kv_heads*head_dim*bytes*B*(L-n); fresh K/V not re-counted",
+    "kv_write": "modelled: K and V of the fed tokens, 2*layers*kv_heads*head_dim*bytes*B*n",
+    "activations": "estimate: each intermediate tensor written once and read once, plus the logits",
+}
+
+
+BOUND_EXCLUDES = ("activations",)  # parts shown but not counted in bound_s / achieved_gbps
+
+
+def bound_bytes(parts: dict[str, float]) -> float:
+    """Bytes the roofline counts: every part except the activations estimate."""
+    return float(sum(v for k, v in parts.items() if k not in BOUND_EXCLUDES))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Per-model constants of the cost model (derived once from ModelInfo, cached)."""
+
+    family: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    vocab: int
+    max_positions: int
+    tied: bool
+    bytes_per_value: int
+    mlp: str
+    norm: str
+    learned_positions: bool
+    qkv_bias: bool
+    out_bias: bool
+    mlp_bias: bool
+    # derived in __post_init__ (parameters per layer, matmul parameters per token):
+    attn_params: int = field(init=False)
+    attn_matmul_params: int = field(init=False)
+    mlp_params: int = field(init=False)
+    mlp_matmul_params: int = field(init=False)
+    norm_params: int = field(init=False)
+    act_elems: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        q, kv, h, i = (
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+            self.hidden,
+            self.inter,
+        )
+        attn_mm = h * q + 2 * h * kv + q * h  # q, k, v, o matrices
+        attn = attn_mm + (q + 2 * kv if self.qkv_bias else 0) + (h if self.out_bias else 0)
+        n_mats = 3 if self.mlp == "swiglu" else 2
+        mlp_mm = n_mats * h * i
+        mlp = mlp_mm + ((n_mats - 1) * i + h if self.mlp_bias else 0)
+        per_norm = 2 * h if self.norm == "layernorm" else h
+        # Intermediate tensors per token per layer (elements written once, read once):
+        # norm outs, o_proj out, residual adds (5 x hidden); q, k, v, rotated q/k, attention out;
+        # MLP: gate, up, act, product (SwiGLU) or fc, act (GELU).
+        acts = 5 * h + (2 * q + 3 * kv) + (4 * i if self.mlp == "swiglu" else 2 * i)
+        for name, value in [
+            ("attn_params", attn),
+            ("attn_matmul_params", attn_mm),
+            ("mlp_params", mlp),
+            ("mlp_matmul_params", mlp_mm),
+            ("norm_params", 2 * per_norm),
+            ("act_elems", 2 * acts),
+        ]:
+            object.__setattr__(self, name, value)
+
+    @property
+    def final_norm_params(self) -> int:
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token of one sequence, all layers."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_value
+
+    def parameters(self) -> int:
+        return sum(parameter_counts(self).values())
+
+
+def _info_key(info: ModelInfo) -> tuple:
+    return (
+        info.family,
+        info.layers,
+        info.hidden_size,
+        info.attention_heads,
+        info.kv_heads,
+        info.head_dim,
+        info.intermediate_size,
+        info.vocab_size,
+        info.max_positions,
+        info.tied_embeddings,
+        info.dtype,
+        info.parameters,
+    )
+
+
+def shape_of(info: ModelInfo) -> Shape:
+    """The cost-model Shape of a model (cached per distinct shape)."""
+    return _shape(_info_key(info))
+
+
+@lru_cache(maxsize=64)
+def _shape(key: tuple) -> Shape:
+    family, layers, hidden, heads, kv, hd, inter, vocab, max_pos, tied, dtype, params = key
+    if family not in FAMILIES:
+        raise ValueError(
+            f"no cost model for model family {family!r}; known families: {sorted(FAMILIES)}"
+        )
+    shape = Shape(
+        family=family,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv,
+        head_dim=hd,
+        inter=inter,
+        vocab=vocab,
+        max_positions=max_pos,
+        tied=tied,
+        bytes_per_value=dtype_bytes(dtype),
+        **FAMILIES[family],
+    )
+    if shape.parameters() != params:
+        warnings.warn(
+            f"cost model counts {shape.parameters():,} parameters but the {family} model has {params:,}; "
+            "its weight bytes are off by the difference",
+            stacklevel=3,
+        )
+    return shape
+
+
+# --- whole-model parameters ----------------------------------------------------------------------
+
+
+def parameter_counts(shape: Shape) -> dict[str, int]:
+    """Parameters by part (tied embeddings counted once, under weights/embedding)."""
+    parts = {"weights/embedding": shape.vocab * shape.hidden}
+    if shape.learned_positions:
+        parts["weights/position_embedding"] = shape.max_positions * shape.hidden
+    parts["weights/attention"] = shape.layers * shape.attn_params
+    parts["weights/mlp"] = shape.layers * shape.mlp_params
+    parts["weights/norms"] = shape.layers * shape.norm_params + shape.final_norm_params
+    parts["weights/lm_head"] = 0 if shape.tied else shape.vocab * shape.hidden
+    return parts
+
+
+def parameter_bytes(info: ModelInfo) -> dict[str, int]:
+    """Bytes of the stored parameters by part; they add up to info.weight_bytes (tests check this)."""
+    shape = shape_of(info)
+    return {k: v * shape.bytes_per_value for k, v in parameter_counts(shape).items()}
+
+
+# --- one forward pass ----------------------------------------------------------------------------
+
+
+def check_sizes(
+    info: ModelInfo, batch: int, tokens_fed: int, context_len: int, use_cache: bool
+) -> None:
+    """Raise ValueError with a clear message for sizes that describe no real forward pass."""
+    for name, value in (("batch", batch), ("tokens_fed", tokens_fed), ("context_len", context_len)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    if tokens_fed > context_len:
+        raise ValueError(f"tokens_fed ({tokens_fed}) cannot exceed context_len ({context_len})")
+    if not use_cache and tokens_fed != context_len:
+        raise ValueError(
+            f"without a cache the whole sequence is fed: tokens_fed ({tokens_fed}) must equal "
+            f"context_len ({context_len})"
+        )
+    if info.max_positions and context_len > info.max_positions:
+        raise ValueError(
+            f"context_len {context_len} exceeds the model's {info.max_positions} positions"
+        )
+
+
+def forward_bytes(
+    shape: Shape,
+    batch: int,
+    tokens_fed: int,
+    context_len: int,
+    use_cache: bool,
+    logits_positions: int,
+) -> dict[str, float]:
+    """Bytes moved by one forward pass, by part (see the module docstring)."""
+    b, rows = shape.bytes_per_value, batch * tokens_fed
+    parts = {"weights/embedding": float(rows * shape.hidden * b)}
+    if shape.learned_positions:
+        parts["weights/position_embedding"] = float(rows * shape.hidden * b)
+    parts["weights/attention"] = float(shape.layers * shape.attn_params * b)
+    parts["weights/mlp"] = float(shape.layers * shape.mlp_params * b)
+    parts["weights/norms"] = float((shape.layers * shape.norm_params + shape.final_norm_params) * b)
+    parts["weights/lm_head"] = float(shape.vocab * shape.hidden * b)
+    per_tok = shape.kv_bytes_per_token
+    parts["kv_read"] = float(per_tok * batch * (context_len - tokens_fed)) if use_cache else 0.0
+    parts["kv_write"] = float(per_tok * batch * tokens_fed) if use_cache else 0.0
+    logits = 2 * batch * logits_positions * shape.vocab * b  # written, then read back
+    parts["activations"] = float(rows * shape.layers * shape.act_elems * b + logits)
+    return parts
+
+
+def forward_flops(
+    shape: Shape, batch: int, tokens_fed: int, context_len: int, logits_positions: int
+) -> dict[str, float]:
+    """FLOPs of one forward pass, by part (matmuls and attention scores; see the module docstring)."""
+    rows = batch * tokens_fed
+    scores = 2 * 2 * batch * shape.heads * shape.head_dim * tokens_fed * context_len  # QK^T + AV
+    return {
+        "flops/attention_proj": 2.0 * rows * shape.layers * shape.attn_matmul_params,
+        "flops/attention_scores": float(shape.layers * scores),
+        "flops/mlp": 2.0 * rows * shape.layers * shape.mlp_matmul_params,
+        "flops/lm_head": 2.0 * batch * logits_positions * shape.hidden * shape.vocab,
+    }
+
+
+class _Totals:
+    """total_flops / total_bytes of a cost whose `flops` and `bytes` are dicts by part."""
+
+    flops: dict[str, float]
+    bytes: dict[str, float]
+
+    @property
+    def total_flops(self) -> float:
+        return float(sum(self.flops.values()))
+
+    @property
+    def total_bytes(self) -> float:
+        return float(sum(self.bytes.values()))
+
+
+@dataclass
+class ForwardCost(_Totals):
+    """Modelled cost of one forward pass: FLOPs and bytes by part."""
+
+    flops: dict[str, float]
+    bytes: dict[str, float]
+    batch: int
+    tokens_fed: int
+    context_len: int
+    use_cache: bool
+
+    @property
+    def bound_bytes(self) -> float:
+        """Bytes the roofline counts (weights and KV; not the activations estimate)."""
+        return bound_bytes(self.bytes)
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOPs per byte the roofline counts."""
+        return self.total_flops / self.bound_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch": self.batch,
+            "tokens_fed": self.tokens_fed,
+            "context_len": self.context_len,
+            "use_cache": self.use_cache,
+            "flops": dict(self.flops),
+            "bytes": dict(self.bytes),
+            "total_flops": self.total_flops,
+            "total_bytes": self.total_bytes,
+            "bound_bytes": self.bound_bytes,
+            "intensity": self.intensity,
+        }
+
+
+def forward_cost(
+    info: ModelInfo,
+    *,
+    batch: int,
+    tokens_fed: int,
+    context_len: int,
+    use_cache: bool = True,
+    logits_positions: int | None = None,
+) -> ForwardCost:
+    """Modelled FLOPs and bytes of one forward pass by part. logits_positions: positions whose logits
+    are computed (default: all fed tokens, as a plain forward does; 1 with logits_to_keep=1)."""
+    check_sizes(info, batch, tokens_fed, context_len, use_cache)
+    n_logits = tokens_fed if logits_positions is None else logits_positions
+    if not 1 <= n_logits <= tokens_fed:
+        raise ValueError(
+            f"logits_positions must be in 1..tokens_fed ({tokens_fed}), got {logits_positions!r}"
+        )
+    shape = shape_of(info)
+    return ForwardCost(
+        flops=forward_flops(shape, batch, tokens_fed, context_len, n_logits),
+        bytes=forward_bytes(shape, batch, tokens_fed, context_len, use_cache, n_logits),
+        batch=batch,
+        tokens_fed=tokens_fed,
+        context_len=context_len,
+        use_cache=use_cache,
+    )
+
+
+# --- roofline ------------------------------------------------------------------------------------
+
+
+def roofline(flops: float, nbytes: float, peaks) -> tuple[float, str]:
+    """Lower-bound time max(flops / peak FLOP/s, bytes / peak bandwidth) and which side binds."""
+    compute_s = flops / peaks.roofline_flops
+    memory_s = nbytes / (peaks.bandwidth_for(nbytes) * 1e9)
+    return (memory_s, "memory") if memory_s >= compute_s else (compute_s, "compute")
+
+
+def step_roofline(
+    info: ModelInfo,
+    *,
+    batch: int,
+    tokens_fed: int,
+    context_len: int,
+    use_cache: bool,
+    latency_s: float | None,
+    peaks=None,
+    logits_positions: int | None = None,
+) -> dict[str, Any]:
+    """The cost fields of one engine Step: flops, bytes (by part), bound_s, bound, achieved_gbps,
+    pct_of_peak_bw. achieved_* are None without a latency; bound_* are None without peaks.
+    achieved_gbps = bound_bytes / latency (weights + KV, not the activations estimate).
+    logits_positions=1 when the forward computed the last position's logits only (last_only=True)."""
+    cost = forward_cost(
+        info,
+        batch=batch,
+        tokens_fed=tokens_fed,
+        context_len=context_len,
+        use_cache=use_cache,
+        logits_positions=logits_positions,
+    )
+    total = cost.bound_bytes
+    bound_s = bound = achieved = pct = None
+    if peaks is not None:
+        bound_s, bound = roofline(cost.total_flops, total, peaks)
+    if latency_s is not None and latency_s > 0:
+        achieved = total / latency_s / 1e9
+        if peaks is not None:
+            pct = 100.0 * achieved / peaks.bandwidth_gbps
+    return {
+        "flops": cost.total_flops,
+        "bytes": cost.bytes,
+        "bound_s": bound_s,
+        "bound": bound,
+        "achieved_gbps": achieved,
+        "pct_of_peak_bw": pct,
+    }
+
+
+# --- whole generations and batch knees ------------------------------------------------------------
+
+
+def generation_steps(prompt_len: int, new_tokens: int, use_cache: bool) -> list[tuple[int, int]]:
+    """(tokens_fed, context_len) of each forward pass that generates `new_tokens` tokens: the prefill
+    makes the first, then one decode pass per further token (fed 1 with a cache, everything without)."""
+    steps = [(prompt_len, prompt_len)]
+    for k in range(1, new_tokens):
+        context = prompt_len + k
+        steps.append((1 if use_cache else context, context))
+    return steps
+
+
+@dataclass
+class GenerationCost(_Totals):
+    """Modelled totals of a whole generation (prefill + decode passes), with or without the cache."""
+
+    use_cache: bool
+    prompt_len: int
+    new_tokens: int
+    batch: int
+    flops: dict[str, float]  # summed over passes, by part
+    bytes: dict[str, float]
+    per_step_flops: list[float]
+    per_step_bytes: list[float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "use_cache": self.use_cache,
+            "prompt_len": self.prompt_len,
+            "new_tokens": self.new_tokens,
+            "batch": self.batch,
+            "flops": dict(self.flops),
+            "bytes": dict(self.bytes),
+            "total_flops": self.total_flops,
+            "total_bytes": self.total_bytes,
+        }
+
+
+def generation_cost(
+    info: ModelInfo,
+    *,
+    prompt_len: int,
+    new_tokens: int,
+    batch: int = 1,
+    use_cache: bool = True,
+    last_logits_only: bool = True,
+) -> GenerationCost:
+    """Modelled FLOPs and bytes of generating `new_tokens` after a `prompt_len` prompt. Without the cache
+    every pass recomputes the whole prefix, so the total grows quadratically in the length.
+    last_logits_only: the LM head runs on the last position only (as generate() and Session do)."""
+    if not isinstance(new_tokens, int) or isinstance(new_tokens, bool) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a whole number >= 1, got {new_tokens!r}")
+    check_sizes(info, batch, prompt_len, prompt_len + new_tokens - 1, True)
+    flops: dict[str, float] = {}
+    nbytes: dict[str, float] = {}
+    per_flops, per_bytes = [], []
+    for fed, context in generation_steps(prompt_len, new_tokens, use_cache):
+        cost = forward_cost(
+            info,
+            batch=batch,
+            tokens_fed=fed,
+            context_len=context,
+            use_cache=use_cache,
+            logits_positions=1 if last_logits_only else None,
+        )
+        for k, v in cost.flops.items():
+            flops[k] = flops.get(k, 0.0) + v
+        for k, v in cost.bytes.items():
+            nbytes[k] = nbytes.get(k, 0.0) + v
+        per_flops.append(cost.total_flops)
+        per_bytes.append(cost.total_bytes)
+    return GenerationCost(
+        use_cache=use_cache,
+        prompt_len=prompt_len,
+        new_tokens=new_tokens,
+        batch=batch,
+        flops=flops,
+        bytes=nbytes,
+        per_step_flops=per_flops,
+        per_step_bytes=per_bytes,
+    )
+
+
+def decode_knee(
+    info: ModelInfo, *, context_len: int, peaks, max_batch: int = 1 << 16
+) -> int | None:
+    """Smallest batch at which one decode step (1 token per row at `context_len`) becomes compute-bound
+    on `peaks`, or None if it stays memory-bound up to max_batch (long contexts: the KV read per row
+    grows as fast as the FLOPs per row). Modelled."""
+
+    def compute_bound(b: int) -> bool:
+        cost = forward_cost(info, batch=b, tokens_fed=1, context_len=context_len)
+        return roofline(cost.total_flops, cost.bound_bytes, peaks)[1] == "compute"
+
+    if not compute_bound(max_batch):
+        return None
+    lo, hi = 0, max_batch  # memory-bound at lo (or lo == 0), compute-bound at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
+    return hi

@@ -1,0 +1,815 @@
+"""The step-by-step engine: one forward pass per token, every sampling stage recorded.
+
+Low-level phase functions (used by Session, speculative decoding and the experiments):
+
+    forward(model, input_ids [B, T], cache, attention_mask [B, L]) -> (logits [B, T, V] float32, cache)
+    kv_cache_bytes(cache)  -> bytes held by every key/value tensor
+    crop_cache(cache, length) -> keep the first `length` positions
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+from explorer.engine.sampling import (
+    Draw,
+    Sampling,
+    choose_token,
+    make_generator,
+    process,
+    step_statistics,
+)
+from explorer.engine.settings import SessionOptions
+from explorer.engine.timing import Timer
+from explorer.engine.trace import Step, Trace
+
+# --- low-level phases ----------------------------------------------------------------------------
+
+
+def position_ids(
+    input_ids: torch.Tensor, past_len: int, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Positions of the fed tokens [B, T]: from the mask with left padding (pads get 0), else past_len + arange."""
+    T = input_ids.shape[1]
+    if attention_mask is None:
+        return torch.arange(past_len, past_len + T, device=input_ids.device).unsqueeze(0)  # [1, T]
+    pos = attention_mask.long().cumsum(-1) - 1  # [B, L]
+    return pos.clamp_(min=0)[:, -T:]  # [B, T]
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    cached = getattr(model, "_explorer_logits_to_keep", None)
+    if cached is None:
+        cached = "logits_to_keep" in inspect.signature(model.forward).parameters
+        model._explorer_logits_to_keep = cached
+    return cached
+
+
+def forward(
+    model,
+    input_ids: torch.Tensor,
+    cache: DynamicCache | None,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    last_only: bool = False,
+) -> tuple[torch.Tensor, DynamicCache | None]:
+    """One forward pass under inference_mode. Returns float32 logits [B, T, V] (or [B, 1, V] with last_only).
+
+    cache=None feeds the whole sequence with no cache; otherwise `input_ids` are the tokens not yet
+    in the cache and the cache grows by T. attention_mask [B, L] covers cache + fed tokens (L = past + T);
+    positions come from it, so a left-padded batch gives the same logits as each row alone.
+    last_only computes the LM head for the last position only (as generate() does).
+    """
+    past = cache.get_seq_length() if cache is not None else 0
+    if attention_mask is not None and attention_mask.shape[1] != past + input_ids.shape[1]:
+        raise ValueError(
+            f"attention_mask covers {attention_mask.shape[1]} positions but the cache holds {past} "
+            f"and {input_ids.shape[1]} are fed"
+        )
+    kw = {"logits_to_keep": 1} if last_only and _accepts_logits_to_keep(model) else {}
+    with torch.inference_mode():
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids(input_ids, past, attention_mask),
+            cache=cache,
+            use_cache=cache is not None,
+            **kw,
+        )
+        logits = out.logits[:, -1:] if last_only else out.logits  # [B, T, V]
+        return logits.float(), (out.cache if cache is not None else None)
+
+
+def kv_cache_bytes(cache: DynamicCache | None) -> int:
+    """Bytes held by all key and value tensors of the cache (0 for None or an empty cache)."""
+    if cache is None:
+        return 0
+    total = 0
+    for layer in cache.layers:
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+def crop_cache(cache: DynamicCache, length: int) -> DynamicCache:
+    """Keep the first `length` cached positions (no recompute). Returns the same cache object."""
+    have = cache.get_seq_length()
+    if not isinstance(length, int) or not 0 <= length <= have:
+        raise ValueError(f"cannot crop a cache of {have} positions to {length!r}")
+    if length < have:
+        with torch.inference_mode():
+            cache.crop(length - have)  # transformers 5: a negative number = positions to remove
+    return cache
+
+
+def copy_cache(cache: DynamicCache | None) -> DynamicCache | None:
+    """An independent copy of the cache (cloned tensors), for fork()."""
+    if cache is None:
+        return None
+    with torch.inference_mode():
+        data = [
+            (layer.keys.clone(), layer.values.clone())
+            for layer in cache.layers
+            if getattr(layer, "is_initialized", False)
+        ]
+    return DynamicCache(data) if data else DynamicCache()
+
+
+# --- the Session ---------------------------------------------------------------------------------
+
+
+class SessionDone(RuntimeError):
+    """step() on a session that has stopped (EOS, max_new_tokens or max positions)."""
+
+
+class Session:
+    """Step through generation one forward pass at a time, recording every step as a plain-data Step.
+
+    The cache holds every token except the last chosen one; each step() feeds what is not yet in
+    it (the prompt at prefill, then the last token; the whole sequence when use_cache=False),
+    and picks the next token from the last position's logits through the sampling chain.
+
+    prompt: a string, a list of strings (a batch), a list of token ids, or a list of id lists.
+    A batch is left-padded with an attention mask; Steps describe row 0 and list every row's
+    token in `row_tokens`. As in generate(), a row that has produced EOS gets the pad token from
+    then on, and the session stops when every row has.
+    """
+
+    def __init__(
+        self,
+        lm,
+        prompt,
+        sampling: Sampling | None = None,
+        *,
+        use_cache: bool = True,
+        top_n: int = 20,
+        max_new_tokens: int | None = None,
+        batch_size: int = 1,
+        roofline: bool = True,
+        stop_at_eos: bool = True,
+    ):
+        sampling = Sampling() if sampling is None else sampling
+        _check_sampling(sampling)
+        SessionOptions(
+            use_cache=use_cache,
+            batch_size=batch_size,
+            top_n=top_n,
+            max_new_tokens=max_new_tokens,
+            stop_at_eos=stop_at_eos,
+        )  # validates each against its declared range
+        self.lm = lm
+        self.sampling = dataclasses.replace(
+            sampling
+        )  # a copy: later edits to the caller's object need set_sampling
+        self.use_cache = bool(use_cache)
+        self.top_n = min(top_n, lm.info.vocab_size)
+        self.max_new_tokens = max_new_tokens
+        self.roofline = roofline
+        self.stop_at_eos = stop_at_eos
+        self.device = lm.device
+        self._eos = _eos_ids(lm)
+        self._pad = _pad_id(lm, self._eos)
+        rows = _prompt_rows(lm, prompt, batch_size)
+        self.batch_size = len(rows)
+        self.prompt_len = max(len(r) for r in rows)  # padded length
+        self._ids, self._mask = _left_pad(rows, self._pad, self.device)  # [B, P], [B, P] or None
+        self._cache = DynamicCache() if self.use_cache else None
+        self._gen = make_generator(sampling.seed)
+        self._gen_states: list[torch.Tensor] = []  # generator state before each step, for rewind
+        self._finished = [False] * self.batch_size
+        self._last = None  # (step index, raw logits [B, V], stages) of the latest forward
+        self._timer = Timer(self.device)
+        self._text_cache: dict[int, str] = {}
+        self._override: dict | None = None  # sampling fields when they differ from trace.settings
+        self._device_name = str(self.device)
+        self._peaks_cache = None  # explorer.costs.hardware.Peaks, measured on the first step
+        settings = {
+            **sampling.to_dict(),
+            "use_cache": self.use_cache,
+            "top_n": self.top_n,
+            "batch_size": self.batch_size,
+            "max_new_tokens": max_new_tokens,
+        }
+        self.trace = Trace(
+            prompt=_trace_prompt(lm, prompt, rows),
+            settings=settings,
+            model=lm.info.to_dict(),
+            device=str(self.device),
+            dtype=lm.info.dtype,
+            prompt_ids=list(rows[0]),
+        )
+        self.stop_reason: str | None = None
+
+    # --- public API ------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def tokens(self) -> list[int]:
+        """Row 0's generated token ids so far."""
+        return self._ids[0, self.prompt_len :].tolist()
+
+    @property
+    def row_tokens(self) -> list[list[int]]:
+        """Every row's generated token ids (pad after a row's EOS)."""
+        return self._ids[:, self.prompt_len :].tolist()
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.trace.steps
+
+    @property
+    def text(self) -> str:
+        """Row 0's generated text."""
+        return self._decode(self.tokens)
+
+    def step(self) -> Step:
+        """Run exactly one forward pass and return its Step (raises SessionDone once stopped)."""
+        return self._step(forced=None)
+
+    def choose(self, token_id: int | str | list) -> Step:
+        """Force the next token (a counterfactual branch): one forward pass, the token recorded as forced.
+
+        An int (or the text of one token, e.g. " the") forces every row; a list gives one per row. Its
+        probabilities and ranks are recorded.
+        """
+        ids = (
+            [token_id] * self.batch_size
+            if not isinstance(token_id, (list, tuple))
+            else list(token_id)
+        )
+        ids = [self._token_of(t) if isinstance(t, str) else t for t in ids]
+        if len(ids) != self.batch_size:
+            raise ValueError(f"choose() got {len(ids)} ids for a batch of {self.batch_size} rows")
+        vocab = self.lm.info.vocab_size
+        for t in ids:
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
+                raise ValueError(
+                    f"token id {t!r} is outside the vocabulary: ids go from 0 to {vocab - 1}"
+                )
+        return self._step(forced=torch.tensor(ids, device=self.device))
+
+    def _token_of(self, text: str) -> int:
+        """The id of a token given by its text (exactly one token), e.g. choose(" the")."""
+        tok = self.lm.tokenizer
+        if tok is None:
+            raise ValueError(
+                f"{self.lm.info.name} has no tokenizer: choose() takes a token id (0 to "
+                f"{self.lm.info.vocab_size - 1}), not text {text!r}"
+            )
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(
+                f"choose() takes a token id or the text of exactly one token; {text!r} is "
+                f"{len(ids)} tokens {ids}: choose one of them by id"
+            )
+        return int(ids[0])
+
+    def run(self, n: int | None = None) -> list[Step]:
+        """Step n times, or until a stop (EOS, max_new_tokens, max positions); n=None runs to the stop."""
+        if n is not None:
+            _check_int("n", n, 0)
+        out = []
+        while not self.done and (n is None or len(out) < n):
+            out.append(self.step())
+        return out
+
+    def __iter__(self):
+        while not self.done:
+            yield self.step()
+
+    def rewind(self, k: int = 1) -> None:
+        """Drop the last k tokens: crop the cache (no recompute) and restore the generator state.
+
+        The same seed then replays the same continuation. Rewinding every token returns to before
+        prefill (the next step is a prefill again). distribution() is unavailable until the next step.
+        """
+        _check_int("k", k, 0)
+        n = len(self.trace.steps)
+        if k > n:
+            raise ValueError(f"cannot rewind {k} tokens: only {n} have been generated")
+        if k == 0:
+            return
+        keep = n - k
+        self._ids = self._ids[:, : self.prompt_len + keep]
+        self._mask = None if self._mask is None else self._mask[:, : self.prompt_len + keep]
+        if self._cache is not None:
+            if keep == 0:
+                self._cache = DynamicCache()
+            else:
+                crop_cache(self._cache, self.prompt_len + keep - 1)
+        self._gen.set_state(self._gen_states[keep])
+        del self._gen_states[keep:]
+        del self.trace.steps[keep:]
+        self._finished = (
+            [any(t in self._eos for t in row) for row in self.row_tokens]
+            if self.stop_at_eos
+            else [False] * self.batch_size
+        )
+        self.stop_reason = self.trace.stop_reason = None
+        self._last = None
+
+    def fork(self) -> Session:
+        """An independent copy (cache, generator, trace) to explore another branch."""
+        other = copy.copy(self)
+        other.sampling = dataclasses.replace(self.sampling)
+        other._cache = copy_cache(self._cache)
+        other._gen = torch.Generator(device="cpu")
+        other._gen.set_state(self._gen.get_state())
+        other._gen_states = list(self._gen_states)
+        other._finished = list(self._finished)
+        other._timer = Timer(self.device)
+        other.trace = dataclasses.replace(
+            self.trace,
+            steps=[copy.copy(s) for s in self.trace.steps],
+            settings=dict(self.trace.settings),
+        )
+        return other
+
+    def set_sampling(self, sampling: Sampling) -> None:
+        """Change the settings for the next steps; validates first (on error nothing changes).
+
+        A different seed restarts the generator from that seed; steps taken with settings other than
+        the Trace's own record theirs in `Step.sampling`.
+        """
+        _check_sampling(sampling)
+        if sampling.seed is not None and sampling.seed != self.sampling.seed:
+            self._gen = make_generator(sampling.seed)
+        self.sampling = dataclasses.replace(sampling)
+        now = sampling.to_dict()
+        self._override = None if now == {k: self.trace.settings.get(k) for k in now} else now
+
+    def distribution(self, row: int = 0) -> dict:
+        """The full distribution of the latest step (the one that chose the last token).
+
+        Returns {"step": index, "logits": raw logits [V], "raw": probs [V], "final": probs [V],
+        "stages": [{"name", "probs"}]} as CPU float32 tensors (call .tolist() for plain lists). Raises before the first step and
+        after rewind() until the next step.
+        """
+        if self._last is None:
+            raise ValueError(
+                "no distribution held: call step() first (rewind() drops the held one)"
+            )
+        index, raw, stages = self._last
+        if not 0 <= row < raw.shape[0]:
+            raise ValueError(f"row {row} is outside the batch of {raw.shape[0]}")
+        probs = [{"name": name, "probs": x[row].softmax(-1).cpu()} for name, x in stages]
+        return {
+            "step": index,
+            "logits": raw[row].to("cpu", copy=True),
+            "raw": raw[row].softmax(-1).cpu(),
+            "final": probs[-1]["probs"],
+            "stages": probs,
+        }
+
+    # --- one step, phase by phase ----------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _step(self, forced: torch.Tensor | None) -> Step:
+        if self.done:
+            raise SessionDone(
+                f"the session has stopped ({self.stop_reason}); rewind() or fork() to go on"
+            )
+        index = len(self.trace.steps)
+        feed, mask, past = self._inputs()
+        state = self._gen.get_state()
+        try:
+            logits = self._timed_forward(feed, mask)  # [B, V] raw logits of the last position
+            stages = process(logits, self._ids, self.sampling, self._mask)
+            tokens, draw = self._pick(stages[-1][1], forced)  # [B]
+            tokens = self._pad_finished(tokens)
+            ids = tokens.tolist()
+            step = self._record(
+                index,
+                feed.shape[1],
+                past + feed.shape[1],
+                logits,
+                stages,
+                ids,
+                draw,
+                forced is not None,
+            )
+        except BaseException:
+            if self._cache is not None:
+                crop_cache(self._cache, past)  # leave the session as it was
+            self._gen.set_state(state)
+            raise
+        self._gen_states.append(state)
+        self._last = (index, logits, stages)
+        self._append(tokens, ids)
+        self.trace.steps.append(step)
+        self._check_stop(step)
+        return step
+
+    def _inputs(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """What this forward feeds: the tokens not yet in the cache (all of them without a cache)."""
+        past = self._cache.get_seq_length() if self._cache is not None else 0
+        return self._ids[:, past:], self._mask, past  # [B, T], [B, L]
+
+    def _timed_forward(self, feed: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        with self._timer.region():
+            logits, self._cache = forward(self.lm.model, feed, self._cache, mask, last_only=True)
+        return logits[:, -1]  # [B, V]
+
+    def _pick(
+        self, final: torch.Tensor, forced: torch.Tensor | None
+    ) -> tuple[torch.Tensor, Draw | None]:
+        if forced is not None:
+            return forced, None
+        draw = choose_token(
+            final, self.sampling.is_greedy, self._gen, greedy_cdf=False
+        )  # _record fills it
+        return draw.tokens, draw
+
+    def _pad_finished(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Rows that already produced EOS get the pad token (as in generate())."""
+        if not any(self._finished):
+            return tokens
+        done = torch.tensor(self._finished, device=tokens.device)
+        return torch.where(done, torch.full_like(tokens, self._pad), tokens)
+
+    def _append(self, tokens: torch.Tensor, ids: list[int]) -> None:
+        """Add the chosen tokens [B] (ids: the same as a list) and grow the mask."""
+        self._ids = torch.cat(
+            [self._ids, tokens.view(-1, 1).to(self._ids.dtype)], dim=1
+        )  # [B, L + 1]
+        if self._mask is not None:
+            self._mask = torch.cat([self._mask, self._mask.new_ones(self.batch_size, 1)], dim=1)
+        if self.stop_at_eos and self._eos:
+            for r, t in enumerate(ids):
+                self._finished[r] = self._finished[r] or t in self._eos
+
+    def _check_stop(self, step: Step) -> None:
+        n = len(self.trace.steps)
+        limit = self.lm.info.max_positions
+        if all(self._finished) and self.stop_at_eos and self._eos:
+            reason = "eos"
+        elif self.max_new_tokens is not None and n >= self.max_new_tokens:
+            reason = "max_new_tokens"
+        elif limit and self._ids.shape[1] > limit:
+            reason = "max_positions"
+        else:
+            return
+        step.stop = self.stop_reason = self.trace.stop_reason = reason
+
+    # --- recording -------------------------------------------------------------------------------
+
+    def _record(
+        self,
+        index: int,
+        fed: int,
+        context: int,
+        raw: torch.Tensor,
+        stages,
+        tokens: list[int],
+        draw: Draw | None,
+        forced: bool,
+    ) -> Step:
+        """Row 0's Step: the token's probabilities and ranks, top_n, stages, the draw, costs."""
+        st = step_statistics(raw, stages, tokens[0], self.top_n, cdf_lo=draw is None)
+        top = [{"id": i, "text": self._text(i), "raw": a, "final": b} for i, a, b in st["top"]]
+        if draw is not None:
+            hi = (
+                draw.cdf_hi[0] if draw.cdf_hi else st["prob_final"]
+            )  # greedy: the argmax's final probability
+            draw_d = {
+                "u": draw.u[0],
+                "cdf_lo": draw.cdf_lo[0],
+                "cdf_hi": hi,
+                "greedy": self.sampling.is_greedy,
+            }
+        else:  # forced: no number drawn; where the token sits in the final CDF
+            lo = st["cdf_lo_final"]
+            draw_d = {
+                "u": None,
+                "cdf_lo": lo,
+                "cdf_hi": lo + st["prob_final"],
+                "greedy": False,
+                "forced": True,
+            }
+        step = Step(
+            index=index,
+            phase="prefill" if index == 0 else "decode",
+            tokens_fed=fed,
+            context_len=context,
+            token_id=tokens[0],
+            token_text=self._text(tokens[0]),
+            forced=forced,
+            prob_raw=st["prob_raw"],
+            prob_final=st["prob_final"],
+            rank_raw=st["rank_raw"],
+            rank_final=st["rank_final"],
+            entropy_raw=st["entropy_raw"],
+            entropy_final=st["entropy_final"],
+            top=top,
+            stages=st["stages"],
+            draw=draw_d,
+            latency_s=self._timer.seconds,
+            kv_cache_bytes=kv_cache_bytes(self._cache),
+            device=self._device_name,
+            dtype=self.lm.info.dtype,
+            batch_size=self.batch_size,
+            row_tokens=list(tokens) if self.batch_size > 1 else None,
+            sampling=self._override,
+        )
+        self._fill_costs(step)
+        return step
+
+    def _fill_costs(self, step: Step) -> None:
+        """Modelled FLOPs and bytes of this forward (explorer.costs), against measured peaks."""
+        from explorer.costs import step_roofline
+
+        costs = step_roofline(
+            self.lm.info,
+            batch=self.batch_size,
+            tokens_fed=step.tokens_fed,
+            context_len=step.context_len,
+            use_cache=self.use_cache,
+            latency_s=step.latency_s,
+            peaks=self._peaks(),
+            logits_positions=1,
+        )
+        for key, value in costs.items():
+            setattr(step, key, value)
+
+    def _peaks(self):
+        """Measured peaks of this device and dtype (once per process, lazily); None with roofline=False."""
+        if not self.roofline:
+            return None
+        if self._peaks_cache is None:
+            from explorer.costs import hardware
+
+            self._peaks_cache = hardware.measure(self.device, dtype=self.lm.model.dtype)
+        if self.trace.hardware is None:
+            self.trace.hardware = _plain(self._peaks_cache)
+        return self._peaks_cache
+
+    # --- token text ------------------------------------------------------------------------------
+
+    def _text(self, token_id: int) -> str:
+        text = self._text_cache.get(token_id)
+        if text is None:
+            tok = self.lm.tokenizer
+            text = (
+                f"<{token_id}>"
+                if tok is None
+                else tok.decode([token_id], clean_up_tokenization_spaces=False)
+            )
+            self._text_cache[token_id] = text
+        return text
+
+    def _decode(self, ids: list[int]) -> str:
+        return _decode_ids(self.lm.tokenizer, ids)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _plain(obj):
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(vars(obj))
+
+
+def _check_int(name: str, value, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
+def _check_sampling(sampling) -> None:
+    if not isinstance(sampling, Sampling):
+        raise ValueError(f"sampling must be an explorer.Sampling, got {type(sampling).__name__}")
+    sampling.validate()  # fields may have been changed after construction
+
+
+def _is_str_list(x) -> bool:
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(p, str) for p in x)
+
+
+def _eos_ids(lm) -> set[int]:
+    cfg = getattr(lm.model, "generation_config", None)
+    eos = getattr(cfg, "eos_token_id", None)
+    if eos is None and lm.tokenizer is not None:
+        eos = lm.tokenizer.eos_token_id
+    if eos is None:
+        return set()
+    return {int(e) for e in eos} if isinstance(eos, (list, tuple)) else {int(eos)}
+
+
+def _pad_id(lm, eos: set[int]) -> int:
+    for pad in (
+        getattr(lm.tokenizer, "pad_token_id", None),
+        getattr(getattr(lm.model, "generation_config", None), "pad_token_id", None),
+    ):
+        if pad is not None:
+            return int(pad)
+    return min(eos) if eos else 0
+
+
+def _prompt_rows(lm, prompt, batch_size: int) -> list[list[int]]:
+    """Token ids of every row; validates lengths and ids. A single prompt is repeated batch_size times."""
+    if _is_single(prompt):
+        rows = [_encode(lm, prompt)] * batch_size
+    elif isinstance(prompt, (list, tuple)) and prompt and all(_is_single(p) for p in prompt):
+        if batch_size not in (1, len(prompt)):
+            raise ValueError(f"batch_size={batch_size} but {len(prompt)} prompts were given")
+        rows = [_encode(lm, p) for p in prompt]
+    else:
+        raise ValueError(
+            "prompt must be a string, a list of strings, a list of token ids or a list of id lists; "
+            f"got {prompt!r}"
+        )
+    limit = lm.info.max_positions
+    for r in rows:
+        if limit and len(r) > limit:
+            raise ValueError(
+                f"the prompt is {len(r)} tokens long but the model has only {limit} positions"
+            )
+    return rows
+
+
+def _is_single(prompt) -> bool:
+    """One prompt: a string or a (possibly empty) list of token ids."""
+    return isinstance(prompt, str) or (
+        isinstance(prompt, (list, tuple))
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    )
+
+
+def _trace_prompt(lm, prompt, rows: list[list[int]]):
+    """What the Trace records as the prompt: the text(s) given, or the decoded ids."""
+    if isinstance(prompt, str) or _is_str_list(prompt):
+        return prompt if isinstance(prompt, str) else list(prompt)
+    texts = [_decode_ids(lm.tokenizer, r) for r in rows]
+    return texts[0] if _is_single(prompt) else texts
+
+
+def _decode_ids(tok, ids: list[int]) -> str:
+    if tok is None:
+        return "".join(f"<{i}>" for i in ids)
+    return tok.decode(ids, clean_up_tokenization_spaces=False)
+
+
+def _encode(lm, prompt) -> list[int]:
+    tok = lm.tokenizer
+    vocab = lm.info.vocab_size
+    if isinstance(prompt, str):
+        if tok is None:
+            raise ValueError(
+                f"{lm.info.name} has no tokenizer: pass the prompt as a list of token ids"
+            )
+        ids = list(tok(prompt, verbose=False)["input_ids"])  # our own error below names the lengths
+    else:
+        ids = list(prompt)
+        bad = [
+            t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab
+        ]
+        if bad:
+            raise ValueError(
+                f"prompt token ids {bad[:5]} are outside the vocabulary (0 to {vocab - 1})"
+            )
+    if not ids:
+        bos = getattr(tok, "bos_token_id", None) if tok is not None else None
+        if bos is None:
+            raise ValueError(
+                "the prompt is empty and the tokenizer has no BOS token to start from; "
+                "give at least one token"
+            )
+        ids = [int(bos)]
+    return ids
+
+
+def _left_pad(rows: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Left-pad rows to one length: ids [B, P] and a mask [B, P] (None when no row needs padding)."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor(
+        [[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long, device=device
+    )
+    if all(len(r) == width for r in rows):
+        return ids, None
+    mask = torch.tensor(
+        [[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device
+    )
+    return ids, mask
+
+
+def prompt_input(lm, text: str):
+    """A typed prompt as the Session takes it: text, or token ids for a model without a tokenizer.
+
+    Without a tokenizer, text of whole numbers ("1 2 3") is read as token ids; other text is fed
+    as its UTF-8 bytes (ids 0-255), so architecture-only shapes still run.
+    """
+    if lm.tokenizer is not None:
+        return text
+    parts = text.replace(",", " ").split()
+    if parts and all(p.isdigit() for p in parts):
+        return [int(p) for p in parts]
+    ids = list(text.encode("utf-8"))
+    if not ids:
+        raise ValueError(
+            f"{lm.info.name} has no tokenizer: type a prompt (fed as bytes) or token ids such as 1 2 3"
+        )
+    return ids
+
+
+# --- overhead benchmark ----------------------------------------------------------------------------
+
+
+def overhead_benchmark(
+    lm,
+    prompt_ids: list[int],
+    *,
+    new_tokens: int = 128,
+    repeats: int = 5,
+    warmup: int = 1,
+    top_n: int = 20,
+) -> dict:
+    """Time transformers' generate() and a fully recording greedy Session, alternately, in this process.
+
+    Both make exactly `new_tokens` tokens from the same prompt (generate with min_new_tokens, the
+    Session with stop_at_eos=False). Repeats alternate the order (ABBA) so slow drift in a shared
+    machine's load hits both alike. Returns medians and the ratio session / generate.
+    """
+    from explorer.engine.timing import Measurement, synchronize, time_call
+
+    _check_int("new_tokens", new_tokens, 1)
+    _check_int("repeats", repeats, 1)
+    model, dev = lm.model, lm.device
+    ids = torch.tensor([prompt_ids], device=dev)
+    pad = _pad_id(lm, _eos_ids(lm))
+
+    def run_generate():
+        with torch.inference_mode():
+            return model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=pad,
+            )
+
+    def run_session():
+        s = Session(
+            lm,
+            list(prompt_ids),
+            Sampling(greedy=True),
+            top_n=top_n,
+            max_new_tokens=new_tokens,
+            stop_at_eos=False,
+        )
+        s.run()
+        return s
+
+    for _ in range(warmup):
+        gen_out, session = run_generate(), run_session()
+    synchronize(dev)
+    times: dict[str, list[float]] = {"generate": [], "session": []}
+    for r in range(repeats):
+        order = (("generate", run_generate), ("session", run_session))
+        for name, fn in order if r % 2 == 0 else order[::-1]:
+            times[name].append(time_call(fn, dev)[1])
+    g = Measurement(times["generate"], warmup=warmup, method=Timer(dev).method)
+    s = Measurement(times["session"], warmup=warmup, method=Timer(dev).method)
+    gen_tokens = gen_out[0, len(prompt_ids) :].tolist() if warmup else None
+    return {
+        "model": lm.info.name,
+        "device": str(dev),
+        "dtype": lm.info.dtype,
+        "threads": torch.get_num_threads(),
+        "prompt_tokens": len(prompt_ids),
+        "new_tokens": new_tokens,
+        "repeats": repeats,
+        "warmup": warmup,
+        "top_n": top_n,
+        "generate": g.to_dict(),
+        "session": s.to_dict(),
+        "ratio": s.median / g.median,
+        "per_token_ms": {
+            "generate": 1e3 * g.median / new_tokens,
+            "session": 1e3 * s.median / new_tokens,
+        },
+        "session_forward_ms": 1e3 * sum(st.latency_s for st in session.steps) / new_tokens
+        if warmup
+        else None,
+        "same_tokens": _same_until_eos(session.tokens, gen_tokens, _eos_ids(lm))
+        if warmup
+        else None,
+    }
+
+
+def _same_until_eos(ours: list[int], theirs: list[int] | None, eos: set[int]) -> bool | None:
+    """Greedy tokens agree up to the first EOS (generate's min_new_tokens masks EOS after that)."""
+    if theirs is None:
+        return None
+    n = next((i for i, t in enumerate(theirs) if t in eos), len(theirs))
+    n = min(n, next((i for i, t in enumerate(ours) if t in eos), len(ours)))
+    return ours[:n] == theirs[:n]

@@ -1,0 +1,121 @@
+"""One spelling per setting: a dataclass field declared once with its range, default, label and help.
+
+    @dataclass
+    class Sampling:
+        top_p: float = setting(1.0, "top-p", "1 = off", low=0, high=1, low_open=True, step=0.05)
+
+validate(obj) checks every declared field (the message states the range); the dashboard's controls
+(explorer.app.controls), the CLI flags (explorer.cli.common) and the docs read the same Spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a setting is: its type, range, the value that switches it off, label and help text."""
+
+    kind: type  # float, int or bool
+    label: str
+    help: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself is not allowed
+    high_open: bool = False
+    optional: bool = False  # None is allowed (e.g. seed: random; max tokens: no limit)
+    step: float | None = None  # widget increment
+    cli: str | None = None  # CLI flag when not --field-name
+
+    def range_text(self) -> str:
+        if self.kind is bool:
+            return "True or False"
+        lo = "" if self.low is None else f"{'>' if self.low_open else '>='} {_num(self.low)}"
+        hi = "" if self.high is None else f"{'<' if self.high_open else '<='} {_num(self.high)}"
+        what = "a whole number" if self.kind is int else "a number"
+        bounds = " and ".join(b for b in (lo, hi) if b)
+        return f"{what}{' ' + bounds if bounds else ''}{' (or None)' if self.optional else ''}"
+
+    def problem(self, value: Any) -> str | None:
+        """None when value is allowed, else why not."""
+        if value is None:
+            return None if self.optional else f"must be {self.range_text()}, got None"
+        if self.kind is bool:
+            return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+        ok_type = (
+            isinstance(value, int) and not isinstance(value, bool)
+            if self.kind is int
+            else isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+        )
+        if not ok_type:
+            return f"must be {self.range_text()}, got {value!r}"
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return f"must be {self.range_text()}, got {value!r}"
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return f"must be {self.range_text()}, got {value!r}"
+        return None
+
+
+def _num(x: float) -> str:
+    if x == SEED_MAX:
+        return "2**64 - 1"
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def setting(default: Any, label: str, help: str, *, kind: type | None = None, **spec) -> Any:
+    """A dataclass field carrying its Spec (kind defaults to the type of `default`)."""
+    kind = kind or type(default)
+    return dataclasses.field(
+        default=default, metadata={"spec": Spec(kind=kind, label=label, help=help, **spec)}
+    )
+
+
+def specs(cls_or_obj) -> dict[str, Spec]:
+    """{field name: Spec} of every declared setting, in declaration order."""
+    return {
+        f.name: f.metadata["spec"] for f in dataclasses.fields(cls_or_obj) if "spec" in f.metadata
+    }
+
+
+def validate(obj) -> None:
+    """ValueError naming the first field whose value is outside its declared range."""
+    for name, spec in specs(obj).items():
+        why = spec.problem(getattr(obj, name))
+        if why:
+            named = name if spec.label == name.replace("_", "-") else f"{name} ({spec.label})"
+            raise ValueError(f"{named} {why}{'; ' + spec.help if spec.help else ''}")
+
+
+@dataclass
+class SessionOptions:
+    """The engine options of a Session besides sampling (explorer.engine.Session takes them as keywords)."""
+
+    use_cache: bool = setting(
+        True, "KV cache", "keep past keys/values; off feeds the whole sequence each step"
+    )
+    batch_size: int = setting(
+        1, "batch size", "rows decoded together (the prompt repeated)", low=1, high=256
+    )
+    top_n: int = setting(
+        20, "top-n shown", "most likely tokens recorded per step", low=0, high=1000
+    )
+    max_new_tokens: int | None = setting(
+        None,
+        "max tokens",
+        "stop after this many tokens (None: at EOS or the model's last position)",
+        kind=int,
+        low=1,
+        optional=True,
+    )
+    stop_at_eos: bool = setting(True, "stop at end-of-text", "stop when every row has produced EOS")
+
+    def __post_init__(self) -> None:
+        validate(self)

@@ -1,0 +1,311 @@
+"""Load a causal LM: bundled (offline, trained here), architecture-only (random weights), hub id or path.
+
+load()                      -> the bundled target model
+load("bundled:draft")       -> the bundled draft model (for speculative decoding)
+load("arch:qwen2.5-0.5b")   -> the real Qwen2.5-0.5B shape with random weights (costs are real, text is not)
+load("Qwen/Qwen2.5-0.5B")   -> a hub id (needs the network or a local HF cache)
+load("/path/to/model")      -> a local folder saved with save_pretrained
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from explorer.model.device import DTYPES, dtype_bytes, dtype_name, resolve_device, resolve_dtype
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+MODELS_DIR = ASSETS / "models"
+ARCH_DIR = ASSETS / "architectures"
+BUNDLED = ("target", "draft")
+
+
+class ModelNotFoundError(ValueError):
+    """A model name that matched nothing; the message says what was tried and what to do."""
+
+
+@dataclass
+class ModelInfo:
+    """Plain facts about a loaded model (JSON-able). Counts are of unique tensors: tied weights once."""
+
+    name: str
+    source: str  # "bundled" | "arch" | "hub" | "local"
+    family: str  # config.model_type, e.g. "llama", "qwen2", "gpt2"
+    parameters: int
+    non_embedding_parameters: int  # parameters minus token (and position) embeddings
+    layers: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    max_positions: int
+    tied_embeddings: bool
+    dtype: str
+    device: str
+    weight_bytes: int
+    random_weights: bool
+    hub_id: str | None = None  # for arch: models, where the shape comes from
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes the KV cache grows by per token per sequence: 2 (K and V) x layers x kv_heads x head_dim."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes(self.dtype)
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # a transformers PreTrainedModel in eval mode
+    tokenizer: Any  # a PreTrainedTokenizer(Fast); None for arch: models without one
+    info: ModelInfo
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def available_models() -> list[str]:
+    """Every name that works offline: bundled models and architecture-only shapes."""
+    bundled = [f"bundled:{n}" for n in BUNDLED]
+    arch = sorted(f"arch:{p.stem}" for p in ARCH_DIR.glob("*.json"))
+    return bundled + arch
+
+
+def load(
+    model: str | None = None,
+    *,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    trust_remote_code: bool = False,
+    seed: int = 0,
+) -> LoadedModel:
+    """Load a model by name (see the module docstring). Never downloads unless given a hub id."""
+    name = model or "bundled:target"
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if name.startswith("bundled:"):
+        return _load_bundled(name, dev, dt)
+    if name.startswith("arch:"):
+        return _load_arch(name, dev, dt, seed)
+    return _load_pretrained(name, dev, dt, trust_remote_code)
+
+
+def _load_bundled(name: str, dev: torch.device, dt: torch.dtype) -> LoadedModel:
+    which = name.split(":", 1)[1]
+    if which not in BUNDLED:
+        raise ModelNotFoundError(_not_found_message(name, tried=[f"bundled model {which!r}"]))
+    path = MODELS_DIR / which
+    if not (path / "config.json").exists():
+        raise ModelNotFoundError(
+            f"the bundled model files are missing from {path}; "
+            "regenerate them with `python scripts/train_bundled.py`"
+        )
+    lm = _from_pretrained(str(path), dev, dt, trust_remote_code=False)
+    return _finish(lm[0], lm[1], name, "bundled", random_weights=False)
+
+
+def arch_config(name: str) -> tuple[Any, dict]:
+    """The transformers config of an architecture-only shape, plus our metadata (hub id)."""
+    from transformers import AutoConfig
+
+    short = name.split(":", 1)[1] if name.startswith("arch:") else name
+    path = ARCH_DIR / f"{short.lower()}.json"
+    if not path.exists():
+        raise ModelNotFoundError(_not_found_message(name, tried=[f"architecture file {path.name}"]))
+    raw = json.loads(path.read_text())
+    meta = raw.pop("_explorer", {})
+    return AutoConfig.for_model(**raw), meta
+
+
+def _load_arch(name: str, dev: torch.device, dt: torch.dtype, seed: int) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    config, meta = arch_config(name)
+    with no_init_weights(), torch.device(dev):
+        model = AutoModelForCausalLM.from_config(config, dtype=dt)
+    model.tie_weights()
+    _fill_random(model, seed)
+    model.eval()
+    return _finish(model, None, name, "arch", random_weights=True, hub_id=meta.get("hub_id"))
+
+
+@torch.no_grad()
+def _fill_random(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
+    """Fast random init: tile a 1M-value normal pool into every weight; norms get 1, biases 0.
+
+    Per-module init of a 0.5B shape takes far longer and would only matter for the text, which
+    is meaningless with random weights anyway; the costs (shapes, bytes, FLOPs) are exact.
+    """
+    first = next(model.parameters())
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    pool = (torch.randn(1 << 20, generator=gen) * std).to(device=first.device, dtype=first.dtype)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            p.fill_(
+                1.0
+                if ("norm" in name or ".ln" in name or "ln_" in name) and name.endswith("weight")
+                else 0.0
+            )
+            continue
+        flat = p.view(-1)
+        for start in range(0, flat.numel(), pool.numel()):
+            chunk = flat[start : start + pool.numel()]
+            chunk.copy_(pool[: chunk.numel()])
+
+
+def _from_pretrained(path: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dt, trust_remote_code=trust_remote_code
+    )
+    return model.to(dev).eval(), tok
+
+
+def _load_pretrained(
+    name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool
+) -> LoadedModel:
+    local = Path(os.path.expanduser(name))
+    if local.exists():
+        if not (local / "config.json").exists():
+            raise ModelNotFoundError(
+                f"{local} exists but has no config.json: it is not a folder saved with "
+                "save_pretrained()"
+            )
+        model, tok = _from_pretrained(str(local), dev, dt, trust_remote_code)
+        return _finish(model, tok, name, "local", random_weights=False)
+    try:
+        model, tok = _from_pretrained(name, dev, dt, trust_remote_code)
+    except (OSError, ValueError) as err:
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        tried = [
+            f"local path {local} (not found)",
+            f"hub id {name!r}" + (" (HF_HUB_OFFLINE=1: cache only)" if offline else ""),
+        ]
+        raise ModelNotFoundError(
+            _not_found_message(name, tried, offline, detail=str(err).splitlines()[0])
+        ) from err
+    return _finish(model, tok, name, "hub", random_weights=False)
+
+
+def _not_found_message(name: str, tried: list[str], offline: bool = False, detail: str = "") -> str:
+    lines = [f"could not load model {name!r}.", "Tried: " + "; ".join(tried) + "."]
+    if detail:
+        lines.append(f"transformers said: {detail}")
+    lines.append("Offline names: " + ", ".join(available_models()) + ".")
+    hint = "Check the spelling, pass a local folder saved with save_pretrained()"
+    hint += (
+        ", or set HF_HUB_OFFLINE=0 with network access to download a hub id."
+        if offline
+        else ", or check your network access for a hub id."
+    )
+    lines.append(hint)
+    return "\n".join(lines)
+
+
+def _finish(
+    model, tok, name: str, source: str, *, random_weights: bool, hub_id: str | None = None
+) -> LoadedModel:
+    if tok is not None and tok.pad_token_id is None and tok.eos_token_id is not None:
+        tok.pad_token = tok.eos_token
+    info = model_info(model, name=name, source=source, random_weights=random_weights, hub_id=hub_id)
+    return LoadedModel(model=model, tokenizer=tok, info=info)
+
+
+def _config_facts(config) -> dict[str, int]:
+    """Shape facts from a config, across naming conventions (GPT-2's n_embd, Llama's hidden_size)."""
+    hidden = config.hidden_size
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    inter = (
+        getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
+    )
+    return dict(
+        layers=config.num_hidden_layers,
+        attention_heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        vocab_size=config.vocab_size,
+        max_positions=getattr(config, "max_position_embeddings", None)
+        or getattr(config, "n_positions", 0),
+    )
+
+
+def _unique_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    seen: set[int] = set()
+    out = []
+    for p in model.parameters():  # parameters() already skips tied duplicates; be explicit anyway
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def _embedding_params(model: torch.nn.Module) -> int:
+    """Token embedding plus learned position embedding (GPT-2's wpe), if any."""
+    n = model.get_input_embeddings().weight.numel()
+    for mod_name, mod in model.named_modules():
+        if (
+            isinstance(mod, torch.nn.Embedding)
+            and mod is not model.get_input_embeddings()
+            and "wpe" in mod_name
+        ):
+            n += mod.weight.numel()
+    return n
+
+
+def model_info(
+    model, *, name: str, source: str, random_weights: bool, hub_id: str | None = None
+) -> ModelInfo:
+    params = _unique_params(model)
+    first = params[0]
+    config = model.config
+    out_emb = model.get_output_embeddings()
+    tied = out_emb is not None and out_emb.weight is model.get_input_embeddings().weight
+    n = sum(p.numel() for p in params)
+    return ModelInfo(
+        name=name,
+        source=source,
+        family=config.model_type,
+        parameters=n,
+        non_embedding_parameters=n - _embedding_params(model),
+        **_config_facts(config),
+        tied_embeddings=bool(tied),
+        dtype=dtype_name(first.dtype),
+        device=str(first.device),
+        weight_bytes=sum(p.numel() * p.element_size() for p in params),
+        random_weights=random_weights,
+        hub_id=hub_id,
+    )
+
+
+def arch_info(name: str, dtype: str = "float32") -> ModelInfo:
+    """ModelInfo of an architecture-only shape without allocating it (built on the meta device)."""
+    from transformers import AutoModelForCausalLM
+
+    config, meta = arch_config(name)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
+    info = model_info(
+        model,
+        name=name if name.startswith("arch:") else f"arch:{name}",
+        source="arch",
+        random_weights=True,
+        hub_id=meta.get("hub_id"),
+    )
+    info.device = "meta (not allocated)"
+    return info

@@ -1,0 +1,267 @@
+"""The charts of the registered sweeps (explorer.sweeps): one SweepPlot per sweep name.
+
+    sweep_figure(name)         -> the empty chart (measured lines solid, modelled lines dotted)
+    sweep_columns(name, df)    -> its traces' columns from the sweep's DataFrame
+    sweep_shapes(name, df)     -> layout extras (the batch knee)
+    sweep(name, df)            -> the whole figure, for notebooks
+
+A new sweep adds its chart here with @sweep_plot("its name").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from explorer.plots.common import MB, Columns, _objs, _style_axes, replace
+
+_MEASURED, _MODELLED = dict(mode="lines+markers"), dict(mode="lines", line=dict(dash="dot"))
+
+
+@dataclass(frozen=True)
+class SweepPlot:
+    figure: Callable[[], go.Figure]
+    columns: Callable[[Any], Columns]
+    shapes: Callable[[Any], dict[str, Any]] | None = None
+
+
+SWEEP_PLOTS: dict[str, SweepPlot] = {}
+
+
+def sweep_plot(name: str, columns: Callable[[Any], Columns], shapes=None):
+    """Register the decorated figure builder (and its columns) as the chart of sweep `name`."""
+
+    def register(figure: Callable[[], go.Figure]):
+        SWEEP_PLOTS[name] = SweepPlot(figure, columns, shapes)
+        return figure
+
+    return register
+
+
+def _plot(name: str) -> SweepPlot:
+    if name not in SWEEP_PLOTS:
+        raise ValueError(
+            f"unknown sweep {name!r} (no chart registered); the sweeps with charts are {', '.join(SWEEP_PLOTS)}"
+        )
+    return SWEEP_PLOTS[name]
+
+
+def _col(df, name: str, scale: float = 1.0) -> np.ndarray:
+    """A DataFrame column as float numpy (NaN where missing or absent), times scale."""
+    if df is None or name not in df:
+        return np.full(0 if df is None else len(df), np.nan)
+    return df[name].astype(float).to_numpy() * scale
+
+
+def sweep_figure(name: str, *, height: int = 420) -> go.Figure:
+    """The empty chart of one sweep: measured lines solid, modelled (roofline bound) lines dotted."""
+    fig = _plot(name).figure()
+    _style_axes(fig)
+    fig.update_layout(
+        height=height,
+        template="none",
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        margin=dict(l=60, r=20, t=70, b=40),
+        legend=dict(orientation="h", x=0, y=-0.18),
+        font=dict(size=12),
+    )
+    return fig
+
+
+def sweep_columns(name: str, df) -> Columns:
+    """The columns of sweep_figure(name)'s traces from an explorer.sweeps DataFrame."""
+    return _plot(name).columns(df)
+
+
+def sweep_shapes(name: str, df) -> dict[str, Any]:
+    """Layout extras: {"shapes": [...]} and maybe "title.text"."""
+    shapes = _plot(name).shapes
+    return shapes(df) if shapes else {"shapes": []}
+
+
+def sweep(name: str, df) -> go.Figure:
+    """A whole sweep as one figure (for notebooks)."""
+    fig = sweep_figure(name)
+    replace(fig, sweep_columns(name, df))
+    extras = sweep_shapes(name, df)
+    fig.update_layout(shapes=extras["shapes"])
+    if "title.text" in extras:
+        fig.update_layout(title_text=extras["title.text"])
+    return fig
+
+
+def _two_panels(titles: tuple[str, str], title: str) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.1)
+    fig.update_layout(title=dict(text=title, font=dict(size=13)))
+    return fig
+
+
+def _add(
+    fig: go.Figure, col: int, name: str, color: str, style: dict, kind: str = "scatter"
+) -> None:
+    if kind == "bar":
+        fig.add_trace(go.Bar(name=name, x=[], y=[], marker=dict(color=color)), row=1, col=col)
+    else:
+        fig.add_trace(
+            go.Scatter(
+                name=name,
+                x=[],
+                y=[],
+                marker=dict(color=color, size=5),
+                **{**style, "line": {**style.get("line", {}), "color": color}},
+            ),
+            row=1,
+            col=col,
+        )
+
+
+# --- KV cache on/off ---------------------------------------------------------------------------------
+
+
+def _cache_columns(df) -> Columns:
+    cols: Columns = {}
+    for mode in ("cache on", "cache off"):
+        part = df[df["mode"] == mode] if len(df) else df
+        x = _col(part, "step")
+        cols[f"{mode}: per step (measured)"] = {"x": x, "y": _col(part, "latency_s_measured", 1e3)}
+        cols[f"{mode}: cumulative (measured)"] = {"x": x, "y": _col(part, "cumulative_s_measured")}
+        cols[f"{mode}: cumulative bound (modelled)"] = {
+            "x": x,
+            "y": _col(part, "cumulative_bound_s_modelled"),
+        }
+    return cols
+
+
+@sweep_plot("cache", _cache_columns)
+def _cache_sweep_figure() -> go.Figure:
+    fig = _two_panels(
+        ("latency per step", "cumulative time"), "KV cache on vs off: the same greedy generation"
+    )
+    for mode, color in (("cache on", "#1f77b4"), ("cache off", "#d62728")):
+        _add(fig, 1, f"{mode}: per step (measured)", color, _MEASURED)
+        _add(fig, 2, f"{mode}: cumulative (measured)", color, _MEASURED)
+        _add(fig, 2, f"{mode}: cumulative bound (modelled)", color, _MODELLED)
+    fig.update_xaxes(title_text="step (0 = prefill)")
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="s", row=1, col=2)
+    return fig
+
+
+# --- prefill vs decode ------------------------------------------------------------------------------
+
+
+def _prefill_columns(df) -> Columns:
+    cols: Columns = {}
+    for phase in ("prefill", "decode"):
+        part = df[df["phase"] == phase] if len(df) else df
+        x = _col(part, "context_len")
+        cols[f"{phase} (measured)"] = {"x": x, "y": _col(part, "latency_s_measured", 1e3)}
+        cols[f"{phase} bound (modelled)"] = {"x": x, "y": _col(part, "bound_s_modelled", 1e3)}
+        cols[f"{phase} tokens/s (measured)"] = {"x": x, "y": _col(part, "tokens_per_s_measured")}
+    return cols
+
+
+@sweep_plot("prefill", _prefill_columns)
+def _prefill_sweep_figure() -> go.Figure:
+    fig = _two_panels(
+        ("latency of one pass", "tokens per second"), "Prefill vs decode by context length"
+    )
+    _add(fig, 1, "prefill (measured)", "#d62728", _MEASURED)
+    _add(fig, 1, "prefill bound (modelled)", "#d62728", _MODELLED)
+    _add(fig, 1, "decode (measured)", "#1f77b4", _MEASURED)
+    _add(fig, 1, "decode bound (modelled)", "#1f77b4", _MODELLED)
+    _add(fig, 2, "prefill tokens/s (measured)", "#d62728", _MEASURED)
+    _add(fig, 2, "decode tokens/s (measured)", "#1f77b4", _MEASURED)
+    fig.update_xaxes(title_text="context length (tokens)", type="log")
+    fig.update_yaxes(title_text="ms", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="tokens/s", type="log", row=1, col=2)
+    return fig
+
+
+# --- batch size ------------------------------------------------------------------------------------
+
+
+def _batch_columns(df) -> Columns:
+    x = _col(df, "batch")
+    return {
+        "total (measured)": {"x": x, "y": _col(df, "tokens_per_s_total_measured")},
+        "total, roofline best (modelled)": {
+            "x": x,
+            "y": _col(df, "tokens_per_s_total_bound_modelled"),
+        },
+        "per user (measured)": {"x": x, "y": _col(df, "tokens_per_s_per_user_measured")},
+        "step latency (measured)": {"x": x, "y": _col(df, "latency_s_measured", 1e3)},
+        "bound (modelled)": {"x": x, "y": _col(df, "bound_s_modelled", 1e3)},
+    }
+
+
+def _batch_shapes(df) -> dict[str, Any]:
+    """The roofline knee as a vertical line (modelled)."""
+    knee = (df.attrs or {}).get("knee_batch_modelled")
+    if not knee:
+        return {"shapes": []}
+    return {
+        "shapes": [
+            dict(
+                type="line",
+                xref="x",
+                x0=knee,
+                x1=knee,
+                yref="y domain",
+                y0=0,
+                y1=1,
+                line=dict(color="#555", dash="dash"),
+            )
+        ],
+        "title.text": f"Batch size: one decode pass for B rows · knee at B = {knee} (modelled: roofline)",
+    }
+
+
+@sweep_plot("batch", _batch_columns, _batch_shapes)
+def _batch_sweep_figure() -> go.Figure:
+    fig = _two_panels(
+        ("tokens per second", "decode step latency"), "Batch size: one decode pass for B rows"
+    )
+    _add(fig, 1, "total (measured)", "#2ca02c", _MEASURED)
+    _add(fig, 1, "total, roofline best (modelled)", "#2ca02c", _MODELLED)
+    _add(fig, 1, "per user (measured)", "#9467bd", _MEASURED)
+    _add(fig, 2, "step latency (measured)", "#1f77b4", _MEASURED)
+    _add(fig, 2, "bound (modelled)", "#1f77b4", _MODELLED)
+    fig.update_xaxes(title_text="batch size", type="log")
+    fig.update_yaxes(title_text="tokens/s", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="ms", row=1, col=2, rangemode="tozero")
+    return fig
+
+
+# --- dtype -----------------------------------------------------------------------------------------
+
+
+def _dtype_columns(df) -> Columns:
+    x = _objs(df["dtype"]) if len(df) else _objs([])
+    return {
+        "latency (measured)": {"x": x, "y": _col(df, "latency_s_measured", 1e3)},
+        "bound (modelled)": {"x": x, "y": _col(df, "bound_s_modelled", 1e3)},
+        "weights MB (counted)": {"x": x, "y": _col(df, "weight_bytes_counted", 1 / MB)},
+        "KV cache MB (measured)": {"x": x, "y": _col(df, "kv_cache_bytes_measured", 1 / MB)},
+    }
+
+
+@sweep_plot("dtype", _dtype_columns)
+def _dtype_sweep_figure() -> go.Figure:
+    fig = _two_panels(
+        ("decode step latency", "bytes held"), "dtype: the same model in each number format"
+    )
+    _add(fig, 1, "latency (measured)", "#1f77b4", {}, "bar")
+    _add(fig, 1, "bound (modelled)", "#aec7e8", {}, "bar")
+    _add(fig, 2, "weights MB (counted)", "#4c72b0", {}, "bar")
+    _add(fig, 2, "KV cache MB (measured)", "#dd8452", {}, "bar")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="MB", row=1, col=2)
+    return fig

@@ -1,0 +1,144 @@
+"""Sweeps: one registry of timed measurements, each a tidy pandas DataFrame.
+
+    from explorer import sweeps
+    sweeps.names()                          # ["cache", "prefill", "batch", "dtype", ...]
+    df = sweeps.run("batch", lm, batches=[1, 8, 64])
+    fig = sweeps.get("batch").figure(df)    # its plotly figure (explorer.plots.sweeps)
+
+A sweep is one module in this folder that calls register(Sweep(...)): its name, title, run
+function, columns, and the parameters a user types (Param: a keyword of run() with its kind,
+label, default and help). The CLI (`explorer sweep NAME`), the dashboard's Sweeps tab and the
+notebooks all read this registry; none of them names a sweep's arguments itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from explorer.sweeps._common import COLUMNS, StopSweep, interrupted, measure_points  # noqa: F401
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of a sweep's run() that a person types (in a box or as a CLI flag)."""
+
+    name: str  # the keyword of run()
+    kind: str  # "int" | "ints" (comma-separated) | "names" (comma-separated words)
+    label: str  # shown beside the box
+    default: str | None = (
+        None  # text in the box; None: run()'s own default (CLI) and not shown in the tab
+    )
+    help: str = ""
+    low: int = 1  # for int / ints
+    flag: str | None = None  # the CLI flag, if not --name-with-dashes
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def parse(self, text: str | int) -> Any:
+        """The value from typed text (ValueError naming the label and what it expects)."""
+        if self.kind == "int":
+            try:
+                value = int(str(text).strip())
+            except ValueError:
+                raise ValueError(f"{self.label} must be a whole number, got {text!r}") from None
+            if value < self.low:
+                raise ValueError(f"{self.label} must be >= {self.low}, got {value}")
+            return value
+        parts = [p.strip() for p in str(text).replace(";", ",").split(",") if p.strip()]
+        if not parts:
+            raise ValueError(f"{self.label}: give at least one value, e.g. {self.default}")
+        if self.kind == "names":
+            return parts
+        try:
+            values = [int(p) for p in parts]
+        except ValueError:
+            raise ValueError(
+                f"{self.label} must be whole numbers separated by commas, got {text!r}"
+            ) from None
+        if any(v < self.low for v in values):
+            raise ValueError(
+                f"{self.label} must be whole numbers >= {self.low} separated by commas, got {text!r}"
+            )
+        return values
+
+
+REPEATS = Param(
+    "repeats", "int", "repeats", "3", "timed repeats per point (the median is reported)"
+)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A registered sweep: run(lm, **params, progress=, bar=, stop=) -> DataFrame with `columns`."""
+
+    name: str
+    title: str
+    run: Callable[..., Any]
+    columns: list[str]
+    help: str
+    params: tuple[Param, ...] = field(default=())  # the first is the sizes box of the Sweeps tab
+    order: int = 100  # place in the CLI's list and the Sweeps tab
+
+    def arguments(self, texts: dict[str, str]) -> dict[str, Any]:
+        """run() keywords from typed texts {param name: text}; empty texts are left to run()'s defaults."""
+        known = {p.name: p for p in self.params}
+        unknown = set(texts) - set(known)
+        if unknown:
+            raise ValueError(
+                f"sweep {self.name} does not take {', '.join(sorted(unknown))}; it takes "
+                f"{', '.join(known)}"
+            )
+        return {k: known[k].parse(v) for k, v in texts.items() if str(v).strip()}
+
+    def figure(self, df=None):
+        """This sweep's plotly figure, with df's data when given (imports plotly: views only)."""
+        from explorer.plots import sweeps as sweep_plots
+
+        return (
+            sweep_plots.sweep(self.name, df)
+            if df is not None
+            else sweep_plots.sweep_figure(self.name)
+        )
+
+
+_REGISTRY: dict[str, Sweep] = {}
+
+
+def register(sweep: Sweep) -> Sweep:
+    if sweep.name in _REGISTRY and _REGISTRY[sweep.name].run is not sweep.run:
+        raise ValueError(f"two sweeps are named {sweep.name!r}")
+    unknown = [c for c in sweep.columns if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"sweep {sweep.name}: columns without a description in COLUMNS: {unknown}")
+    _REGISTRY[sweep.name] = sweep
+    return sweep
+
+
+def _discover() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+def names() -> list[str]:
+    return [s.name for s in sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))]
+
+
+def get(name: str) -> Sweep:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown sweep {name!r}; the sweeps are {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def run(name: str, lm, **kwargs):
+    """Run a registered sweep on a loaded model (keywords as its module's run() takes them)."""
+    return get(name).run(lm, **kwargs)
+
+
+_discover()

@@ -1,0 +1,263 @@
+"""What every sweep shares: the column glossary, timing of decode passes, modelled and derived
+columns, the attrs every frame carries, and the one loop that runs a sweep's points.
+
+Column names say what each figure is: `*_measured` (timed here: device-synchronised, warm-up
+discarded, median of `repeats`), `*_modelled` (explorer.costs formulas, against the peaks in
+attrs["peaks"]) and `*_derived` (modelled bytes / measured time). df.attrs holds the device,
+dtype, repeats, threads, timer, the peaks, a description of every column, and "notes": why a
+sweep stopped early (out of memory, beyond the model's positions, a Stop, Ctrl-C) -- a sweep never
+crashes on a size that does not fit and never loses the rows it already has.
+
+Every sweep runs explorer.engine.forward (the same phase function the Session uses) with
+last_only=True (logits of the last position only, as generate() does); token ids are drawn from
+a seeded generator, so a sweep feeds the same tokens every time.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pandas as pd
+import torch
+from transformers import DynamicCache
+
+from explorer import costs
+from explorer.costs import hardware
+from explorer.engine.session import crop_cache, forward
+from explorer.engine.timing import Timer, time_call
+from explorer.model.device import is_out_of_memory
+from explorer.model.loader import LoadedModel, ModelInfo
+
+Progress = Callable[[int, int], None]
+
+COLUMNS: dict[str, str] = {
+    "mode": "'cache on' or 'cache off'",
+    "use_cache": "whether the KV cache was used",
+    "step": "forward pass index (0 = prefill)",
+    "phase": "'prefill' or 'decode'",
+    "batch": "rows in the batch",
+    "tokens_fed": "tokens fed per row in this pass",
+    "context_len": "tokens attended over (cached prefix + fed)",
+    "dtype": "parameter and cache dtype",
+    "supported": "whether the device ran this dtype",
+    "latency_s_measured": "forward pass, device-synchronised, median of repeats (s)",
+    "cumulative_s_measured": "running sum of latency_s_measured (s)",
+    "tokens_per_s_measured": "tokens produced (decode) or processed (prefill) per second, per row",
+    "tokens_per_s_total_measured": "batch / latency: tokens per second over all rows",
+    "tokens_per_s_per_user_measured": "1 / latency: tokens per second each row sees",
+    "kv_cache_bytes_measured": "bytes the DynamicCache tensors hold after the pass",
+    "weight_bytes_counted": "bytes of the model's parameter tensors (counted, tied once)",
+    "flops_modelled": "FLOPs of the pass (explorer.costs)",
+    "bytes_modelled": "bytes the roofline counts: weights + KV (explorer.costs.bound_bytes)",
+    "intensity_modelled": "flops_modelled / bytes_modelled (FLOP per byte)",
+    "bound_s_modelled": "roofline lower bound max(FLOPs / peak FLOP/s, bytes / peak GB/s) (s)",
+    "bound_modelled": "'memory' or 'compute': which side of the roofline binds",
+    "cumulative_bound_s_modelled": "running sum of bound_s_modelled (s)",
+    "tokens_per_s_total_bound_modelled": "batch / bound_s_modelled: the roofline's best total tokens/s",
+    "knee_batch_modelled": "smallest batch at which decode becomes compute-bound (roofline)",
+    "peak_flops_measured": "dense matmul FLOP/s of this device in this dtype (explorer.costs.hardware)",
+    "achieved_gbps_derived": "bytes_modelled / latency_s_measured (GB/s)",
+    "pct_of_peak_bw_derived": "achieved_gbps_derived / measured peak bandwidth x 100",
+}
+
+
+# --- small helpers -------------------------------------------------------------------------------
+
+
+class Bar:
+    """A tqdm.auto bar (notebook-aware) plus an optional progress(done, total) callback."""
+
+    def __init__(self, total: int, desc: str, progress: Progress | None, bar: bool):
+        from tqdm.auto import tqdm
+
+        self.total, self.done, self.callback = total, 0, progress
+        self.tqdm = tqdm(total=total, desc=desc, leave=False) if bar else None
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.tqdm is not None:
+            self.tqdm.update(n)
+        if self.callback is not None:
+            self.callback(self.done, self.total)
+
+    def close(self) -> None:
+        if self.tqdm is not None:
+            self.tqdm.close()
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def check_count(name: str, value, low: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
+def sizes(name: str, values: Iterable[int], low: int = 1) -> list[int]:
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must list at least one size")
+    for v in values:
+        check_count(f"every value of {name}", v, low)
+    return sorted(set(values))
+
+
+def check_context(info: ModelInfo, context_len: int, what: str = "context_len") -> None:
+    if info.max_positions and context_len > info.max_positions:
+        raise ValueError(f"{what} {context_len} exceeds the model's {info.max_positions} positions")
+
+
+def token_ids(info: ModelInfo, rows: int, length: int, device, seed: int) -> torch.Tensor:
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randint(0, info.vocab_size, (rows, length), generator=gen).to(device)  # [B, T]
+
+
+def peaks_for(lm: LoadedModel, peaks) -> hardware.Peaks:
+    return peaks if peaks is not None else hardware.measure(lm.device, lm.info.dtype)
+
+
+def plain_peaks(peaks) -> dict[str, Any]:
+    d = peaks.to_dict()
+    d.pop("details", None)
+    return d
+
+
+def attrs(
+    sweep: str,
+    lm: LoadedModel,
+    peaks,
+    repeats: int,
+    warmup: int,
+    notes: list[str],
+    columns,
+    **extra,
+) -> dict[str, Any]:
+    peaks_d = plain_peaks(peaks)
+    return {
+        "sweep": sweep,
+        "model": lm.info.name,
+        "device": str(lm.device),
+        "dtype": lm.info.dtype,
+        "repeats": repeats,
+        "warmup": warmup,
+        "statistic": "median",
+        "threads": torch.get_num_threads(),
+        "timer": Timer(lm.device).method,
+        "load_average": hardware.load_average(),
+        "peaks": peaks_d,
+        "notes": notes,
+        "columns": {c: COLUMNS[c] for c in columns},
+        **extra,
+    }
+
+
+def frame(rows: list[dict], columns: list[str], attrs: dict) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=columns)
+    df.attrs.update(attrs)
+    return df
+
+
+def modelled(
+    info: ModelInfo, peaks, *, batch: int, tokens_fed: int, context_len: int, use_cache: bool = True
+) -> dict[str, Any]:
+    cost = costs.forward_cost(
+        info,
+        batch=batch,
+        tokens_fed=tokens_fed,
+        context_len=context_len,
+        use_cache=use_cache,
+        logits_positions=1,
+    )
+    bound_s, bound = costs.roofline(cost.total_flops, cost.bound_bytes, peaks)
+    return {
+        "flops_modelled": cost.total_flops,
+        "bytes_modelled": cost.bound_bytes,
+        "intensity_modelled": cost.intensity,
+        "bound_s_modelled": bound_s,
+        "bound_modelled": bound,
+    }
+
+
+def derived(row: dict, peaks) -> None:
+    gbps = row["bytes_modelled"] / row["latency_s_measured"] / 1e9
+    row["achieved_gbps_derived"] = gbps
+    row["pct_of_peak_bw_derived"] = 100.0 * gbps / peaks.bandwidth_gbps
+
+
+def prefill_cache(model, ids: torch.Tensor) -> DynamicCache:
+    return forward(model, ids, DynamicCache(), last_only=True)[1]
+
+
+def time_decode(
+    model,
+    cache: DynamicCache,
+    feed: torch.Tensor,
+    *,
+    repeats: int,
+    warmup: int,
+    device,
+    tick: Callable[[], None] | None = None,
+) -> list[float]:
+    """Seconds of `repeats` decode passes feeding `feed` [B, 1] onto `cache`, each from the same
+    cache length (cropped back after every pass); `warmup` untimed passes first."""
+    past = cache.get_seq_length()
+    samples = []
+    for i in range(warmup + repeats):
+        _, seconds = time_call(lambda: forward(model, feed, cache, last_only=True), device)
+        crop_cache(cache, past)
+        if i >= warmup:
+            samples.append(seconds)
+            if tick is not None:
+                tick()
+    return samples
+
+
+# --- the one loop ----------------------------------------------------------------------------------
+
+
+class StopSweep(Exception):
+    """Raised by a point to end the sweep early with a note (e.g. beyond the model's positions)."""
+
+
+def measure_points(
+    points: Iterable,
+    measure: Callable[[Any], dict | list[dict]],
+    notes: list[str],
+    *,
+    label: Callable[[Any], str] = str,
+    stop: threading.Event | None = None,
+) -> list[dict]:
+    """Measure each point in order and return the rows. Out of memory, StopSweep, a set `stop` event
+    or Ctrl-C end the sweep with a note in `notes`; the rows measured so far are kept."""
+    rows: list[dict] = []
+    for point in points:
+        if stop is not None and stop.is_set():
+            notes.append(f"stopped on request before {label(point)}: {len(rows)} rows kept")
+            break
+        try:
+            got = measure(point)
+        except StopSweep as why:
+            notes.append(f"stopped at {label(point)}: {why}")
+            break
+        except KeyboardInterrupt:
+            notes.append(f"interrupted (Ctrl-C) at {label(point)}: {len(rows)} rows kept")
+            break
+        except Exception as err:
+            if not is_out_of_memory(err):
+                raise
+            first = str(err).splitlines()[0] if str(err) else repr(err)
+            notes.append(f"stopped at {label(point)}: out of memory ({first})")
+            break
+        finally:
+            gc.collect()
+        rows.extend(got if isinstance(got, list) else [got])
+    return rows
+
+
+def interrupted(df: pd.DataFrame) -> bool:
+    """Whether a sweep's frame ended on Ctrl-C (its rows are partial)."""
+    return any(n.startswith("interrupted (Ctrl-C)") for n in df.attrs.get("notes", []))

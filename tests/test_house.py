@@ -1,0 +1,87 @@
+"""The house plan holds: rooms stay UI-free, registries are complete, each setting is spelled once."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from explorer import Sampling, sweeps
+from explorer.engine.settings import SessionOptions, specs
+
+PKG = Path(__file__).resolve().parent.parent / "explorer"
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("room", ["model", "engine", "costs", "sweeps"])
+def test_lower_rooms_import_no_ui(room):
+    for path in (PKG / room).rglob("*.py"):
+        ui = _imports(path) & {"ipywidgets", "plotly", "IPython", "anywidget"}
+        assert not ui, (
+            f"{path.relative_to(PKG)} imports {ui}: only plots/ draws and only app/ has widgets"
+        )
+
+
+def test_only_app_imports_ipywidgets():
+    for path in PKG.rglob("*.py"):
+        if "ipywidgets" in _imports(path):
+            assert path.relative_to(PKG).parts[0] == "app", path
+
+
+def test_every_sweep_has_a_chart_a_cli_command_and_a_tab_page(tiny_arch):
+    from explorer import plots
+    from explorer.cli import build_parser
+
+    choices = next(
+        a
+        for a in build_parser()._subparsers._group_actions[0].choices["sweep"]._actions
+        if a.dest == "kind"
+    ).choices
+    for name in sweeps.names():
+        assert name in plots.SWEEP_PLOTS and name in choices
+        assert sweeps.get(name).params, f"sweep {name} declares no parameters"
+
+
+def test_the_dashboard_builds_every_registered_tab(target):
+    from explorer.app import Dashboard, tabs
+
+    dash = Dashboard(lm=target, measure_peaks=False)
+    assert [t.name for t in dash.tab_list] == [cls.name for cls in tabs.registered()]
+    assert list(dash.tabs.titles) == [t.title for t in dash.tab_list]
+    for name in sweeps.names():
+        assert f"sweep-{name}-run" in dash.parts
+
+
+def test_each_setting_has_one_control_and_one_flag():
+    from explorer.app import controls as C
+    from explorer.cli import build_parser
+
+    parts = C.sampling_controls(Sampling())
+    assert set(parts) == {C.widget_name(f) for f in specs(Sampling)}
+    generate = build_parser()._subparsers._group_actions[0].choices["generate"]
+    dests = {a.dest for a in generate._actions}
+    assert set(specs(Sampling)) <= dests
+    for f, spec in specs(Sampling).items():  # the widget says what the declaration says
+        assert parts[C.widget_name(f)].description == spec.label
+    run = C.session_controls(
+        ["bundled:target"], C.RunSettings(model="bundled:target", prompt="x"), free_text=False
+    )
+    assert {C.widget_name(f) for f in specs(SessionOptions)} <= set(run)
+
+
+def test_the_dashboard_opens_on_readable_settings(target):
+    from explorer.app import Dashboard
+
+    dash = Dashboard(lm=target, measure_peaks=False)
+    assert (dash.session.sampling.temperature, dash.session.sampling.top_p) == (0.7, 0.9)
+    assert dash.parts["temperature"].value == 0.7 and dash.parts["top-p"].value == 0.9
