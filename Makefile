@@ -39,7 +39,8 @@ app: setup
 # The numbered notebooks (and `Dashboard()`) in JupyterLab; not needed by the app or the tests.
 lab: setup
 	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/python -m pip install --quiet -e ".[test,lab]"
-	$(BIN)/jupyter lab notebooks/ $(LAB_ARGS)
+	@# Jupyter refuses to run as root (a container) without --allow-root: added only when we are root
+	$(BIN)/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS)
 
 # Benchmarks print ratios measured side by side in one run (never asserted by timed tests).
 # About 10 minutes on a 2-core CPU.

@@ -9,6 +9,7 @@ Rooms: model/ (what runs), engine/ (one request, step by step), costs/ (why a st
 sweeps/ (registered measurements), plots/ (figures), app/ (dashboard), cli/ (the `explorer` command).
 """
 
+from explorer._version import __version__
 from explorer.engine.sampling import Sampling
 from explorer.engine.trace import Step, Trace, TraceFormatError
 from explorer.model import (
@@ -19,8 +20,6 @@ from explorer.model import (
     available_models,
     load,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DeviceNotAvailableError",

@@ -1,4 +1,4 @@
-"""Why a step takes its time: bytes and FLOPs by named part (parts), and the machine's peaks (hardware).
+"""Why a step takes its time: bytes and FLOPs by named part (parts), the machine's peaks (hardware), timing.
 
 from explorer import costs
 costs.forward_cost(info, batch=1, tokens_fed=1, context_len=128)   # modelled, by part

@@ -1,7 +1,7 @@
 """Peaks of this machine, measured (memory bandwidth, dense matmul FLOP/s), and a table of known chips.
 
 measure(device, dtype) times, with warm-up discarded and medians over repeats (CUDA events on a
-GPU, perf_counter after a synchronise elsewhere; see explorer.engine.timing):
+GPU, perf_counter after a synchronise elsewhere; see explorer.costs.timing):
 
     copy        dst.copy_(src) of a buffer far larger than the last-level cache; bytes = read + write
     read        torch.mv(src.view(-1, 1024), x): a matrix-vector product over the same buffer, the
@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from explorer.engine.timing import Measurement, time_call
-from explorer.engine.timing import measure as time_repeats
+from explorer.costs.timing import Measurement, time_call
+from explorer.costs.timing import measure as time_repeats
 from explorer.model.device import dtype_name, resolve_device
 
 GB = 1e9

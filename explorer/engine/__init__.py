@@ -1,4 +1,4 @@
-"""One request, one forward pass at a time: sampling, the Session, its Trace, timing, speculative decoding.
+"""One request, one forward pass at a time: sampling, settings, the Session, its Trace, speculative decoding.
 
     from explorer.engine import Session, SpeculativeSession, Sampling, Trace, forward
 

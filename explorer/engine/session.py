@@ -16,6 +16,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
+from explorer.costs.timing import Timer
 from explorer.engine.sampling import (
     Draw,
     Sampling,
@@ -25,7 +26,6 @@ from explorer.engine.sampling import (
     step_statistics,
 )
 from explorer.engine.settings import SessionOptions
-from explorer.engine.timing import Timer
 from explorer.engine.trace import Step, Trace
 
 # --- low-level phases ----------------------------------------------------------------------------
@@ -738,7 +738,7 @@ def overhead_benchmark(
     Session with stop_at_eos=False). Repeats alternate the order (ABBA) so slow drift in a shared
     machine's load hits both alike. Returns medians and the ratio session / generate.
     """
-    from explorer.engine.timing import Measurement, synchronize, time_call
+    from explorer.costs.timing import Measurement, synchronize, time_call
 
     _check_int("new_tokens", new_tokens, 1)
     _check_int("repeats", repeats, 1)

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from explorer.costs.timing import Timer
 from explorer.engine.sampling import (
     Draw,
     Sampling,
@@ -61,7 +62,6 @@ from explorer.engine.session import (  # the engine's prompt/EOS/text rules, sha
     forward,
     kv_cache_bytes,
 )
-from explorer.engine.timing import Timer
 from explorer.engine.trace import Step, Trace
 from explorer.model.loader import LoadedModel
 
@@ -1019,7 +1019,7 @@ def measure_cost_ratio(
     each over a cached prefix of context_len random ids. The passes are interleaved (one of each per
     repeat) so load on a shared machine hits all of them alike; medians over repeats. Returns c, v(k) and
     the alpha from which speculative decoding pays off, per k, by expected_speedup()."""
-    from explorer.engine.timing import time_call
+    from explorer.costs.timing import time_call
 
     ks = [check_k(k) for k in ks]
     jobs = {"draft": _pass_job(draft, 1, context_len), "decode": _pass_job(target, 1, context_len)}

@@ -226,6 +226,6 @@ def _check_trace_dict(d, source: str) -> None:
 
 
 def _version() -> str:
-    from explorer import __version__
+    from explorer._version import __version__
 
     return __version__

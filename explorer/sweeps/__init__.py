@@ -71,6 +71,15 @@ class Param:
 REPEATS = Param(
     "repeats", "int", "repeats", "3", "timed repeats per point (the median is reported)"
 )
+CONTEXT = Param(
+    "context_len",
+    "int",
+    "context length",
+    None,
+    "cached prefix + fed token",
+    low=2,
+    flag="--context",
+)
 
 
 @dataclass(frozen=True)

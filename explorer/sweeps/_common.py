@@ -26,8 +26,8 @@ from transformers import DynamicCache
 
 from explorer import costs
 from explorer.costs import hardware
+from explorer.costs.timing import Timer, time_call
 from explorer.engine.session import crop_cache, forward
-from explorer.engine.timing import Timer, time_call
 from explorer.model.device import is_out_of_memory
 from explorer.model.loader import LoadedModel, ModelInfo
 

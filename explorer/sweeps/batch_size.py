@@ -14,7 +14,7 @@ from explorer import costs
 from explorer.engine.session import copy_cache
 from explorer.model.device import available_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
-from explorer.sweeps import REPEATS, Param, Sweep, register
+from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,
     Progress,
@@ -179,15 +179,7 @@ SWEEP = register(
                 "1, 2, 4, 8, 16, 32, 64",
                 "batch sizes, e.g. 1,2,4,8",
             ),
-            Param(
-                "context_len",
-                "int",
-                "context length",
-                None,
-                "cached prefix + fed token",
-                low=2,
-                flag="--context",
-            ),
+            CONTEXT,
             REPEATS,
         ),
     )

@@ -11,11 +11,11 @@ import pandas as pd
 import torch
 
 from explorer.costs import hardware
+from explorer.costs.timing import Timer
 from explorer.engine.session import forward, kv_cache_bytes
-from explorer.engine.timing import Timer
 from explorer.model.device import DTYPES, dtype_name, resolve_device
 from explorer.model.loader import LoadedModel, load, model_info
-from explorer.sweeps import REPEATS, Param, Sweep, register
+from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     COLUMNS as GLOSSARY,
 )
@@ -192,15 +192,7 @@ SWEEP = register(
             Param(
                 "dtypes", "names", "dtypes", "float32, bfloat16", "e.g. float32,bfloat16,float16"
             ),
-            Param(
-                "context_len",
-                "int",
-                "context length",
-                None,
-                "cached prefix + fed token",
-                low=2,
-                flag="--context",
-            ),
+            CONTEXT,
             REPEATS,
         ),
     )

@@ -10,8 +10,8 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
+from explorer.costs.timing import time_call
 from explorer.engine.session import forward, kv_cache_bytes
-from explorer.engine.timing import time_call
 from explorer.model.loader import LoadedModel, ModelInfo
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (

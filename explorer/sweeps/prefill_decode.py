@@ -9,8 +9,8 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
+from explorer.costs.timing import time_call
 from explorer.engine.session import crop_cache
-from explorer.engine.timing import time_call
 from explorer.model.loader import LoadedModel
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
