@@ -259,3 +259,29 @@ def test_dashboard_stop_during_a_sweep_keeps_rows_and_session(target):
     assert "stopped on request" in dash.parts["message"].value and dash.guard.busy is None
     dash.parts["step"].click()
     assert len(dash.session.steps) == 1
+
+
+def test_dashboard_sweep_out_of_memory_keeps_rows_and_session(target, monkeypatch):
+    import torch
+
+    from explorer.app import Dashboard
+    from explorer.sweeps import batch_size
+
+    real = batch_size._row
+
+    def oom_from_b2(lm, peaks, base, B, *a, **k):
+        if B >= 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(lm, peaks, base, B, *a, **k)
+
+    monkeypatch.setattr(batch_size, "_row", oom_from_b2)
+    dash = Dashboard(lm=target, measure_peaks=False)
+    dash.parts["sweep-repeats"].value = 1
+    dash.parts["sweep-batch-sizes"].value = "1, 2, 4"
+    assert dash.tab("sweeps").start("batch")
+    dash.wait(120)
+    df = dash.tab("sweeps").frames["batch"]
+    assert list(df.batch) == [1] and "stopped at B=2: out of memory" in dash.parts["message"].value
+    assert dash.guard.busy is None
+    dash.parts["step"].click()
+    assert len(dash.session.steps) == 1

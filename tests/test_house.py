@@ -85,3 +85,15 @@ def test_the_dashboard_opens_on_readable_settings(target):
     dash = Dashboard(lm=target, measure_peaks=False)
     assert (dash.session.sampling.temperature, dash.session.sampling.top_p) == (0.7, 0.9)
     assert dash.parts["temperature"].value == 0.7 and dash.parts["top-p"].value == 0.9
+
+
+def test_the_readme_library_in_one_screen_runs(tmp_path, monkeypatch):
+    import re
+
+    readme = (PKG.parent / "README.md").read_text()
+    section = readme.split("## The library in one screen", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README's example
+    assert (tmp_path / "run.json").exists() and len(scope["s"].steps) == 3
