@@ -99,8 +99,12 @@ class NotebookRunner(NotebookClient):
             except Empty:
                 task_poll_kernel_alive.cancel()
                 await self._async_check_alive()
-                await self._async_handle_timeout(timeout, cell)  # raises CellTimeoutError
-                raise
+                await self._async_handle_timeout(
+                    timeout, cell
+                )  # logs; raises unless interrupt_on_timeout
+                raise CellTimeoutError.error_from_timeout_and_cell(
+                    "Cell execution timed out", timeout, cell
+                ) from None
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             if self.record_timing:

@@ -50,13 +50,7 @@ def run(args) -> int:
         for k, v in vars(args).items()
         if k.startswith("param_") and v is not None
     }
-    kwargs = {}
-    for param in sweep.params:  # before loading: a bad value fails fast, naming its flag
-        if texts.get(param.name) is not None:
-            try:
-                kwargs[param.name] = param.parse(texts[param.name])
-            except ValueError as err:
-                raise ValueError(f"{param.cli_flag}: {err}") from None
+    kwargs = sweep.arguments(texts, name_of=lambda p: p.cli_flag)  # before loading: fails fast
     lm = load(args.model, device=args.device, dtype=args.dtype)
     df = sweep.run(lm, **kwargs)
     if args.csv:

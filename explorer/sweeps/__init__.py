@@ -3,7 +3,7 @@
     from explorer import sweeps
     sweeps.names()                          # ["cache", "prefill", "batch", "dtype", ...]
     df = sweeps.run("batch", lm, batches=[1, 8, 64])
-    fig = sweeps.get("batch").figure(df)    # its plotly figure (explorer.plots.sweeps)
+    plots.sweep("batch", df)                # its figure (explorer.plots.sweeps, registered by name)
 
 A sweep is one module in this folder that calls register(Sweep(...)): its name, title, run
 function, columns, and the parameters a user types (Param: a keyword of run() with its kind,
@@ -94,8 +94,11 @@ class Sweep:
     params: tuple[Param, ...] = field(default=())  # the first is the sizes box of the Sweeps tab
     order: int = 100  # place in the CLI's list and the Sweeps tab
 
-    def arguments(self, texts: dict[str, str]) -> dict[str, Any]:
-        """run() keywords from typed texts {param name: text}; empty texts are left to run()'s defaults."""
+    def arguments(
+        self, texts: dict[str, str], name_of: Callable[[Param], str] | None = None
+    ) -> dict[str, Any]:
+        """run() keywords from typed texts {param name: text}; empty texts are left to run()'s defaults.
+        A bad value raises ValueError, prefixed with name_of(param) when given (the CLI's flag)."""
         known = {p.name: p for p in self.params}
         unknown = set(texts) - set(known)
         if unknown:
@@ -103,17 +106,16 @@ class Sweep:
                 f"sweep {self.name} does not take {', '.join(sorted(unknown))}; it takes "
                 f"{', '.join(known)}"
             )
-        return {k: known[k].parse(v) for k, v in texts.items() if str(v).strip()}
-
-    def figure(self, df=None):
-        """This sweep's plotly figure, with df's data when given (imports plotly: views only)."""
-        from explorer.plots import sweeps as sweep_plots
-
-        return (
-            sweep_plots.sweep(self.name, df)
-            if df is not None
-            else sweep_plots.sweep_figure(self.name)
-        )
+        out = {}
+        for k, v in texts.items():
+            if str(v).strip():
+                try:
+                    out[k] = known[k].parse(v)
+                except ValueError as err:
+                    raise ValueError(
+                        f"{name_of(known[k])}: {err}" if name_of else str(err)
+                    ) from None
+        return out
 
 
 _REGISTRY: dict[str, Sweep] = {}

@@ -16,9 +16,7 @@ from explorer.engine.session import forward, kv_cache_bytes
 from explorer.model.device import DTYPES, dtype_name, resolve_device
 from explorer.model.loader import LoadedModel, load, model_info
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
-from explorer.sweeps._common import (
-    COLUMNS as GLOSSARY,
-)
+from explorer.sweeps._common import COLUMNS as GLOSSARY
 from explorer.sweeps._common import (
     Bar,
     Progress,
