@@ -198,4 +198,6 @@ def _print_bench_speculative(target, draft, rows: list[dict], pair: dict | None)
             )
 
 
-BENCH_COMMANDS = [_add_bench_overhead, _add_bench_speculative]
+from explorer.cli.serving import add_bench_serving  # noqa: E402
+
+BENCH_COMMANDS = [_add_bench_overhead, _add_bench_speculative, add_bench_serving]

@@ -27,7 +27,7 @@ class Param:
     """One argument of a sweep's run() that a person types (in a box or as a CLI flag)."""
 
     name: str  # the keyword of run()
-    kind: str  # "int" | "ints" (comma-separated) | "names" (comma-separated words)
+    kind: str  # "int" | "ints" | "floats" (comma-separated) | "names" (comma-separated words)
     label: str  # shown beside the box
     default: str | None = (
         None  # text in the box; None: run()'s own default (CLI) and not shown in the tab
@@ -55,6 +55,16 @@ class Param:
             raise ValueError(f"{self.label}: give at least one value, e.g. {self.default}")
         if self.kind == "names":
             return parts
+        if self.kind == "floats":
+            try:
+                floats = [float(p) for p in parts]
+            except ValueError:
+                raise ValueError(
+                    f"{self.label} must be numbers separated by commas, got {text!r}"
+                ) from None
+            if any(not v > 0 for v in floats):
+                raise ValueError(f"{self.label} must be numbers > 0, got {text!r}")
+            return floats
         try:
             values = [int(p) for p in parts]
         except ValueError:

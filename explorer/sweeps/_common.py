@@ -121,6 +121,8 @@ def peaks_for(lm: LoadedModel, peaks) -> hardware.Peaks:
 
 
 def plain_peaks(peaks) -> dict[str, Any]:
+    if peaks is None:  # a sweep that times whole runs, not passes against the roofline
+        return None
     d = peaks.to_dict()
     d.pop("details", None)
     return d

@@ -1,0 +1,214 @@
+"""http: any OpenAI-compatible streaming server, measured as `vllm bench serve` measures it.
+
+Each request is one streaming POST to /v1/completions (or /v1/chat/completions) with
+stream_options.include_usage; its token times are the arrival times of the streamed chunks that
+carry text, its output length the server's usage.completion_tokens. ignore_eos: vLLM and SGLang
+take `"ignore_eos": true`; `transformers serve` answers 422 to it, so a probe request finds out
+which the server takes, and for those servers we pass
+`"generation_config": "{\"min_new_tokens\": N, \"eos_token_id\": -1}"` instead (its plain path
+honours min_new_tokens, its continuous batching only eos_token_id). Before the run: the server is asked for
+/v1/models (a clear error naming the URL if nothing answers, or naming the models it serves if
+--served-model is not one of them). A server that dies mid-run fails the rest of the requests;
+the ones already done are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from explorer.serving.engines import register
+
+ENDPOINTS = ("completions", "chat")
+
+
+class ServerError(ValueError):
+    """The server cannot be used (not running, wrong URL, unknown model)."""
+
+
+@register("http")
+class Http:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        served_model: str | None = None,
+        endpoint: str = "completions",
+        ignore_eos: bool = True,
+        timeout_s: float = 600.0,
+        lm=None,
+    ):
+        if endpoint not in ENDPOINTS:
+            raise ValueError(f"http engine: endpoint must be one of {', '.join(ENDPOINTS)}")
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"http engine: the base URL must start with http:// or https://, got {base_url!r}"
+            )
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.served_model, self.endpoint = served_model, endpoint
+        self.ignore_eos, self.timeout_s, self.lm = ignore_eos, timeout_s, lm
+        self.eos_style = None  # "ignore_eos" | "min_new_tokens", found by the probe
+
+    def describe(self) -> dict:
+        return {
+            "engine": "http",
+            "base_url": self.base_url,
+            "served_model": self.served_model,
+            "endpoint": self.endpoint,
+            "ignore_eos_style": self.eos_style,
+        }
+
+    # --- before the run --------------------------------------------------------------------------
+
+    def check(self, requests) -> None:
+        import httpx
+
+        url = f"{self.base_url}/v1/models"
+        try:
+            r = httpx.get(url, timeout=10)
+            r.raise_for_status()
+            models = [m["id"] for m in r.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, KeyError) as err:
+            raise ServerError(f"no OpenAI-compatible server answers at {url}: {err}") from None
+        if self.served_model is None:
+            if not models:
+                raise ServerError(
+                    f"the server at {self.base_url} lists no models; give --served-model"
+                )
+            self.served_model = models[0]
+        elif models and self.served_model not in models:
+            raise ServerError(
+                f"the server at {self.base_url} does not serve {self.served_model!r}; it serves "
+                f"{', '.join(models)}"
+            )
+        self.eos_style = self._probe(requests[0]) if self.ignore_eos else None
+
+    def _probe(self, req) -> str:
+        """Which way this server takes 'ignore EOS': vLLM's flag, or a min_new_tokens config."""
+        import httpx
+
+        for style in ("ignore_eos", "min_new_tokens"):
+            body = self._body(req, 2, style, stream=False)
+            try:
+                r = httpx.post(self._url(), json=body, timeout=self.timeout_s)
+            except httpx.HTTPError as err:
+                raise ServerError(
+                    f"the server at {self.base_url} failed a probe request: {err}"
+                ) from None
+            if r.status_code < 400:
+                return style
+        raise ServerError(
+            f"the server at {self.base_url} refused a probe request to {self._url()} "
+            f"({r.status_code}: {r.text[:160]}); if it is about ignore_eos, run with ignore_eos=False"
+        )
+
+    def _url(self) -> str:
+        return f"{self.base_url}/v1/{'completions' if self.endpoint == 'completions' else 'chat/completions'}"
+
+    def _body(self, req, max_tokens: int, style: str | None, stream: bool = True) -> dict:
+        prompt = req.prompt if req.prompt is not None else req.prompt_ids
+        body = {
+            "model": self.served_model,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": stream,
+        }
+        if self.endpoint == "completions":
+            body["prompt"] = prompt
+        else:
+            body["messages"] = [
+                {"role": "user", "content": prompt if isinstance(prompt, str) else str(prompt)}
+            ]
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if style == "ignore_eos":
+            body["ignore_eos"] = True
+        elif style == "min_new_tokens":
+            # min_new_tokens for generate(); eos_token_id -1 for its continuous batching, which
+            # takes only max_new_tokens and eos_token_id from a request (transformers 5.25)
+            body["generation_config"] = json.dumps(
+                {"min_new_tokens": max_tokens, "eos_token_id": -1}
+            )
+        return body
+
+    # --- the run ---------------------------------------------------------------------------------
+
+    def serve(self, requests, records, feeder, stop) -> list:
+        feeder.t0 = time.perf_counter()
+        asyncio.run(self._run_all(requests, records, feeder, stop))
+        return []  # the server's iterations are its own (vLLM exports them as Prometheus metrics)
+
+    async def _run_all(self, requests, records, feeder, stop) -> None:
+        import httpx
+
+        limit = feeder.slots
+        sem = asyncio.Semaphore(limit._value) if limit is not None else None
+        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+            tasks = [
+                asyncio.create_task(self._one(client, r, records[r.id], feeder, stop, sem))
+                for r in sorted(requests, key=lambda r: r.arrival_s)
+            ]
+            await asyncio.gather(*tasks)
+        feeder.finished.set()
+
+    async def _one(self, client, req, rec, feeder, stop, sem) -> None:
+        await asyncio.sleep(max(0.0, req.arrival_s - feeder.now()))
+        if stop.is_set():
+            rec.error = "stopped before it was sent"
+            return
+        if sem is not None:
+            await sem.acquire()
+        try:
+            if stop.is_set():
+                rec.error = "stopped before it was sent"
+                return
+            rec.sent_s = feeder.now()
+            feeder.sent += 1
+            await self._stream(client, req, rec, feeder, stop)
+        except Exception as err:  # the server died, refused, timed out: keep the record, mark it
+            rec.error = f"{type(err).__name__}: {err}"[:300] or type(err).__name__
+            rec.end_s = rec.end_s or feeder.now()
+        finally:
+            if sem is not None:
+                sem.release()
+
+    async def _stream(self, client, req, rec, feeder, stop) -> None:
+        body = self._body(req, req.max_tokens, self.eos_style)
+        pieces = []
+        async with client.stream("POST", self._url(), json=body) as resp:
+            if resp.status_code >= 400:
+                text = (await resp.aread()).decode(errors="replace")[:200]
+                raise ServerError(f"HTTP {resp.status_code}: {text}")
+            async for line in resp.aiter_lines():
+                if stop.is_set():
+                    raise RuntimeError("stopped")
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                text = _chunk_text(chunk)
+                if text:
+                    rec.token_s.append(feeder.now())
+                    pieces.append(text)
+                usage = chunk.get("usage")
+                if usage:
+                    rec.output_len = usage.get("completion_tokens") or rec.output_len
+                    rec.input_len = usage.get("prompt_tokens") or rec.input_len
+        rec.end_s = feeder.now()
+        rec.text = "".join(pieces)
+        if not rec.output_len:
+            rec.output_len = len(rec.token_s)
+        if not rec.token_s:
+            rec.error = "the server streamed no tokens"
+
+
+def _chunk_text(chunk: dict) -> str:
+    choices = chunk.get("choices") or []
+    if not choices:
+        return ""
+    c = choices[0]
+    if "text" in c:
+        return c.get("text") or ""
+    return (c.get("delta") or {}).get("content") or ""

@@ -1,0 +1,198 @@
+"""Serving sweeps: one seeded workload on each setting, through a real engine.
+
+    over="rate"         request rate (Poisson) -> throughput vs p50/p99 latency, the knee marked
+    over="concurrency"  closed loop with C in flight (all requests ready at t=0)
+    over="batch"        batch limit (static: max_batch; continuous: max_requests_per_batch) ->
+                        output tok/s per machine vs tok/s per user: the Pareto front
+    over="kv"           continuous KV block budget (num_blocks) -> preemptions and latency
+
+Knee (rate sweeps): the highest rate before median TTFT first exceeds twice its value at the
+lightest rate -- past it, requests queue faster than the engine drains them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pandas as pd
+
+from explorer.serving import Workload, serve
+from explorer.sweeps import Param, Sweep, register
+from explorer.sweeps._common import COLUMNS as GLOSSARY
+from explorer.sweeps._common import Bar, Progress, attrs, frame, measure_points
+
+OVER = ("rate", "concurrency", "batch", "kv")
+
+COLUMNS = [
+    "engine",
+    "over",
+    "value",
+    "completed",
+    "failed",
+    "request_throughput",
+    "output_throughput",
+    "tok_s_per_user",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+    "preemptions",
+    "offered_tok_s_modelled",
+    "pareto",
+    "knee",
+]
+
+GLOSSARY.update(
+    {
+        "engine": "serving engine (sequential, static, continuous)",
+        "over": "what the sweep varies: rate, concurrency, batch or kv",
+        "value": "the setting: requests/s, in-flight limit, batch limit or KV blocks",
+        "completed": "requests that finished",
+        "failed": "requests that did not finish (stopped, errors)",
+        "request_throughput": "completed requests / run duration (req/s, measured)",
+        "output_throughput": "output tokens / run duration (tok/s per machine, measured)",
+        "tok_s_per_user": "1000 / median TPOT: tokens per second one user sees (measured)",
+        "median_ttft_ms": "median time to first token (ms, measured, vLLM's definition)",
+        "p99_ttft_ms": "99th percentile TTFT (ms)",
+        "median_tpot_ms": "median time per output token after the first (ms)",
+        "p99_tpot_ms": "99th percentile TPOT (ms)",
+        "median_itl_ms": "median inter-token latency (ms)",
+        "p99_itl_ms": "99th percentile inter-token latency (ms)",
+        "median_e2el_ms": "median end-to-end latency (ms)",
+        "p99_e2el_ms": "99th percentile end-to-end latency (ms)",
+        "preemptions": "requests the continuous engine evicted from its KV cache (all iterations)",
+        "offered_tok_s_modelled": "rate sweeps: requests/s x output tokens per request, the output "
+        "tok/s asked for (modelled; throughput cannot exceed it)",
+        "pareto": "on the front of output tok/s vs tok/s per user (no other row beats it on both)",
+        "knee": "rate sweeps: the last rate before median TTFT exceeds 2x its lightest-rate value",
+    }
+)
+
+
+def run(
+    lm,
+    *,
+    over: str = "rate",
+    values=(1.0, 2.0, 4.0, 8.0, 16.0),
+    engines=("continuous",),
+    num_prompts: int = 24,
+    input_len: int = 32,
+    output_len: int = 32,
+    seed: int = 0,
+    progress: Progress | None = None,
+    bar: bool = True,
+    stop: threading.Event | None = None,
+    **knobs,
+) -> pd.DataFrame:
+    """One row per (engine, value): the serving metrics of the same seeded workload."""
+    over = over[0] if isinstance(over, list) else over
+    if over not in OVER:
+        raise ValueError(f"over must be one of {', '.join(OVER)}, got {over!r}")
+    if over == "kv" and list(engines) != ["continuous"]:
+        engines = ["continuous"]
+    points = [(e, v) for e in engines for v in values]
+    notes: list[str] = []
+    progress_bar = Bar(len(points), f"serving sweep over {over}", progress, bar)
+    stop = stop or threading.Event()
+
+    def point(p) -> dict:
+        engine, value = p
+        wl, kn = _setting(over, value, engine, num_prompts, input_len, output_len, seed)
+        res = serve(lm, wl, engine, stop=stop, **{**knobs, **kn})
+        progress_bar.update()
+        if res.meta["status"] != "complete":
+            notes.append(f"{engine} at {over}={value}: {res.meta['status']}")
+        row = _row(engine, over, value, res)
+        row["offered_tok_s_modelled"] = float(value) * output_len if over == "rate" else None
+        return row
+
+    try:
+        rows = measure_points(
+            points, point, notes, label=lambda p: f"{p[0]} {over}={p[1]}", stop=stop
+        )
+    finally:
+        progress_bar.close()
+    df = frame(rows, COLUMNS, attrs("serving", lm, None, 1, 0, notes, COLUMNS, over=over))
+    mark(df)
+    df.attrs["knee"] = (
+        {e: v for e, v in df[df["knee"]][["engine", "value"]].values} if len(df) else {}
+    )
+    return df
+
+
+def _setting(over, value, engine, n, input_len, output_len, seed):
+    wl = dict(num_prompts=n, input_len=input_len, output_len=output_len, seed=seed)
+    kn: dict = {}
+    if over == "rate":
+        wl.update(arrival="poisson", request_rate=float(value))
+    elif over == "concurrency":
+        wl.update(max_concurrency=int(value))
+    elif over == "batch":
+        kn = (
+            {"max_batch": int(value)}
+            if engine == "static"
+            else ({"max_requests_per_batch": int(value)} if engine == "continuous" else {})
+        )
+    else:
+        kn = {"num_blocks": int(value)}
+    return Workload(**wl), kn
+
+
+def _row(engine, over, value, res) -> dict:
+    r = res.result
+    tpot = r.get("median_tpot_ms")
+    pre = sum(i.preempted for i in res.iterations)
+    row = {k: r.get(k) for k in COLUMNS if k in r}
+    return {
+        **row,
+        "engine": engine,
+        "over": over,
+        "value": value,
+        "preemptions": pre,
+        "tok_s_per_user": 1000.0 / tpot if tpot else None,
+    }
+
+
+def mark(df: pd.DataFrame) -> None:
+    """Fill the pareto and knee columns (in place)."""
+    df["pareto"] = False
+    df["knee"] = False
+    if df.empty:
+        return
+    pts = df[["output_throughput", "tok_s_per_user"]].fillna(0).values
+    for i, (a, b) in enumerate(pts):
+        beaten = any((x >= a and y >= b) and (x > a or y > b) for x, y in pts)
+        df.loc[df.index[i], "pareto"] = not beaten
+    if df["over"].iloc[0] != "rate":
+        return
+    for _, g in df.groupby("engine"):
+        g = g.sort_values("value")
+        base = g["median_ttft_ms"].iloc[0]
+        over = g[g["median_ttft_ms"] > 2 * base]
+        knee = g[g["value"] < over["value"].iloc[0]] if len(over) else g
+        if len(knee):
+            df.loc[knee.index[-1], "knee"] = True
+
+
+register(
+    Sweep(
+        name="serving",
+        title="Serving",
+        run=run,
+        columns=COLUMNS,
+        help="one seeded workload through an engine at each rate, concurrency, batch limit or KV budget",
+        params=(
+            Param("values", "floats", "values", "1,2,4,8,16", "the settings to sweep"),
+            Param("over", "names", "over", "rate", "rate | concurrency | batch | kv"),
+            Param("engines", "names", "engines", "continuous", "sequential, static, continuous"),
+            Param("num_prompts", "int", "requests", "24", "requests per point"),
+            Param("input_len", "int", "input length", "32", "prompt tokens per request"),
+            Param("output_len", "int", "output length", "32", "output tokens per request"),
+        ),
+        order=80,
+    )
+)
