@@ -5,6 +5,7 @@
     latency       latency per step           traffic       bytes moved by part, achieved bandwidth
     roofline      intensity vs ceilings      speculative   rounds, alpha, accepted lengths, speedup
     sweeps        the registered sweeps' charts (explorer.sweeps)
+    serving       many requests: Gantt, ITL timeline, latency CDFs, engine state, Pareto
 
 Every name is also reachable as `explorer.plots.<name>` (e.g. plots.strip_figure).
 """
@@ -14,13 +15,14 @@ from explorer.plots import (
     distribution,
     latency,
     roofline,
+    serving,
     speculative,
     strip,
     sweeps,
     traffic,
 )
 
-_MODULES = (common, strip, distribution, latency, traffic, roofline, speculative, sweeps)
+_MODULES = (common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving)
 __all__: list[str] = []
 for _m in _MODULES:
     for _name, _value in vars(_m).items():

@@ -1,0 +1,419 @@
+"""Serving views: what many requests on one machine did, from a ServingResult (measured, or a
+simulator's modelled one: the title says which).
+
+    gantt_figure(res)       queue / prefill / decode per request along wall time, token ticks
+    itl_figure(res)         every inter-token gap at the time it ended, prefill iterations marked
+    cdf_figure(results)     latency CDFs (TTFT, TPOT, E2E) of several runs side by side
+    engine_figure(res)      batch size and KV blocks in use per engine iteration
+    pareto_figure(df)       a serving sweep: output tok/s per machine vs tok/s per user
+The serving sweep's own chart is registered with @sweep_plot("serving") at the bottom.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from explorer.plots.common import _layout, _style_axes
+from explorer.plots.sweeps import _col, sweep_plot
+
+PHASES = {"queue": "#c7c7c7", "prefill": "#ff7f0e", "decode": "#1f77b4"}
+ENGINE_COLORS = {
+    "sequential": "#7f7f7f",
+    "static": "#2ca02c",
+    "continuous": "#1f77b4",
+    "http": "#9467bd",
+    "simulated": "#d62728",
+}
+
+
+def _kind(res) -> str:
+    return "modelled" if res.meta.get("modelled") else "measured"
+
+
+def _title(res, what: str) -> str:
+    m = res.meta
+    where = f"{m.get('model', '?')} on {m.get('device', '?')}"
+    return f"{what}: {res.label}, {len(res.records)} requests, {where} ({_kind(res)})"
+
+
+def gantt_figure(res, max_requests: int = 64) -> go.Figure:
+    """One row per request: grey queue, orange prefill (to the first token), blue decode; ticks
+    at every token. Requests that failed are drawn to where they stopped, in red."""
+    recs = sorted(res.records, key=lambda r: r.sent_s if r.sent_s is not None else 1e9)[
+        :max_requests
+    ]
+    fig = go.Figure(
+        layout=_layout(
+            title=_title(res, "Requests over time"),
+            barmode="stack",
+            height=max(260, 18 * len(recs) + 120),
+            xaxis=dict(title="wall time (s)"),
+            yaxis=dict(title="request", autorange="reversed"),
+        )
+    )
+    names = [r.id for r in recs]
+    spans = {p: ([], []) for p in PHASES}  # base, length
+    for r in recs:
+        sent = r.sent_s or 0.0
+        start = r.start_s if r.start_s is not None else sent
+        first = r.token_s[0] if r.token_s else (r.end_s or start)
+        end = r.end_s if r.end_s is not None else first
+        for p, (a, b) in (
+            ("queue", (sent, start)),
+            ("prefill", (start, first)),
+            ("decode", (first, end)),
+        ):
+            spans[p][0].append(a)
+            spans[p][1].append(max(0.0, b - a))
+    for p, (base, length) in spans.items():
+        fig.add_trace(
+            go.Bar(
+                name=p,
+                y=names,
+                x=length,
+                base=base,
+                orientation="h",
+                marker=dict(color=PHASES[p]),
+                hovertemplate="%{y}: " + p + " %{base:.3f}s + %{x:.3f}s<extra></extra>",
+            )
+        )
+    tx = [t for r in recs for t in r.token_s]
+    ty = [r.id for r in recs for _ in r.token_s]
+    fig.add_trace(
+        go.Scatter(
+            name="token",
+            x=tx,
+            y=ty,
+            mode="markers",
+            marker=dict(symbol="line-ns-open", size=7, color="black"),
+            hovertemplate="%{y}: token at %{x:.3f}s<extra></extra>",
+        )
+    )
+    bad = [r for r in recs if not r.ok]
+    if bad:
+        fig.add_trace(
+            go.Scatter(
+                name="failed",
+                x=[r.end_s or r.sent_s or 0 for r in bad],
+                y=[r.id for r in bad],
+                mode="markers",
+                marker=dict(symbol="x", size=9, color="#d62728"),
+                text=[r.error for r in bad],
+                hovertemplate="%{y}: %{text}<extra></extra>",
+            )
+        )
+    return fig
+
+
+def itl_figure(res) -> go.Figure:
+    """Every inter-token latency at the time its token came, coloured by request; the engine's
+    prefill iterations shaded: a long prompt's prefill is the gap every decoding request feels."""
+    fig = go.Figure(
+        layout=_layout(
+            title=_title(res, "Inter-token latency"),
+            xaxis=dict(title="wall time (s)"),
+            yaxis=dict(title="ITL (ms)"),
+            height=360,
+            showlegend=True,
+        )
+    )
+    x, y, who = [], [], []
+    for r in res.records:
+        for t, gap in zip(r.token_s[1:], r.itl):
+            x.append(t)
+            y.append(gap * 1e3)
+            who.append(r.id)
+    fig.add_trace(
+        go.Scatter(
+            name="ITL",
+            x=x,
+            y=y,
+            mode="markers",
+            text=who,
+            marker=dict(size=4, color="#1f77b4"),
+            hovertemplate="%{text}: %{y:.1f} ms at %{x:.3f}s<extra></extra>",
+        )
+    )
+    shapes = [
+        dict(
+            type="rect",
+            xref="x",
+            yref="paper",
+            x0=i.start_s,
+            x1=i.end_s,
+            y0=0,
+            y1=1,
+            fillcolor=PHASES["prefill"],
+            opacity=0.25,
+            line=dict(width=0),
+        )
+        for i in res.iterations
+        if i.prefill_tokens > 0
+    ]
+    fig.update_layout(shapes=shapes)
+    if shapes:  # a legend entry for the shading
+        fig.add_trace(
+            go.Scatter(
+                name="iteration with prefill",
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker=dict(symbol="square", size=10, color=PHASES["prefill"]),
+            )
+        )
+    return fig
+
+
+def cdf_figure(results) -> go.Figure:
+    """Latency CDFs of several runs (TTFT, TPOT, E2E): measured solid, modelled dotted."""
+    results = results if isinstance(results, (list, tuple)) else [results]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT", "TPOT", "E2E latency"))
+    for k, res in enumerate(results):
+        color = ENGINE_COLORS.get(res.engine.get("engine"), None)
+        dash = "dot" if res.meta.get("modelled") else None
+        for col, name in enumerate(("ttft", "tpot", "e2el"), start=1):
+            vals = np.sort(
+                [getattr(r, name) * 1e3 for r in res.records if getattr(r, name) is not None]
+            )
+            frac = np.arange(1, len(vals) + 1) / max(len(vals), 1)
+            fig.add_trace(
+                go.Scatter(
+                    name=f"{res.label} ({_kind(res)})",
+                    x=vals,
+                    y=frac,
+                    mode="lines",
+                    legendgroup=str(k),
+                    showlegend=col == 1,
+                    line=dict(color=color, dash=dash, shape="hv"),
+                ),
+                row=1,
+                col=col,
+            )
+    _style_axes(fig)
+    fig.update_xaxes(title_text="ms")
+    fig.update_yaxes(title_text="fraction of requests", row=1, col=1, range=[0, 1.02])
+    fig.update_layout(
+        height=340, template="none", title="Latency CDFs", legend=dict(orientation="h", y=-0.25)
+    )
+    return fig
+
+
+def engine_figure(res) -> go.Figure:
+    """Per engine iteration: requests decoding, prompt tokens prefilled, waiting queue, KV blocks."""
+    its = res.iterations
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=("batch per iteration", "KV cache blocks"),
+    )
+    t = [i.end_s for i in its]
+    fig.add_trace(
+        go.Scatter(
+            name="requests decoding",
+            x=t,
+            y=[i.decode_requests for i in its],
+            mode="lines",
+            line=dict(shape="hv", color=PHASES["decode"]),
+        ),
+        1,
+        1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="prompt tokens prefilled",
+            x=t,
+            y=[i.prefill_tokens for i in its],
+            mode="lines",
+            line=dict(shape="hv", color=PHASES["prefill"]),
+        ),
+        1,
+        1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="waiting",
+            x=t,
+            y=[i.waiting for i in its],
+            mode="lines",
+            line=dict(shape="hv", color="#7f7f7f", dash="dot"),
+        ),
+        1,
+        1,
+    )
+    if any(i.kv_blocks_total for i in its):
+        fig.add_trace(
+            go.Scatter(
+                name="KV blocks in use",
+                x=t,
+                y=[i.kv_blocks_used for i in its],
+                mode="lines",
+                line=dict(shape="hv", color="#9467bd"),
+            ),
+            2,
+            1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                name="KV budget",
+                x=t,
+                y=[i.kv_blocks_total for i in its],
+                mode="lines",
+                line=dict(color="black", dash="dash"),
+            ),
+            2,
+            1,
+        )
+        pre = [i for i in its if i.preempted]
+        if pre:
+            fig.add_trace(
+                go.Scatter(
+                    name="preemption",
+                    x=[i.end_s for i in pre],
+                    y=[i.kv_blocks_used for i in pre],
+                    mode="markers",
+                    marker=dict(symbol="x", color="#d62728", size=9),
+                ),
+                2,
+                1,
+            )
+    _style_axes(fig)
+    fig.update_xaxes(title_text="wall time (s)", row=2, col=1)
+    fig.update_layout(
+        height=460,
+        template="none",
+        title=_title(res, "Inside the engine"),
+        legend=dict(orientation="h", y=-0.15),
+    )
+    return fig
+
+
+def pareto_figure(df) -> go.Figure:
+    """A serving sweep's rows: output tok/s per machine vs tok/s per user, the front joined."""
+    fig = go.Figure(
+        layout=_layout(
+            title="Throughput per machine vs speed per user (measured)",
+            xaxis=dict(title="tokens/s per user (1000 / median TPOT)"),
+            yaxis=dict(title="output tokens/s per machine"),
+            height=380,
+        )
+    )
+    for engine, g in df.groupby("engine"):
+        fig.add_trace(
+            go.Scatter(
+                name=engine,
+                x=g["tok_s_per_user"],
+                y=g["output_throughput"],
+                mode="markers+text",
+                text=[f"{v:g}" for v in g["value"]],
+                textposition="top center",
+                marker=dict(size=9, color=ENGINE_COLORS.get(engine)),
+            )
+        )
+    front = df[df["pareto"]].sort_values("tok_s_per_user")
+    fig.add_trace(
+        go.Scatter(
+            name="Pareto front",
+            x=front["tok_s_per_user"],
+            y=front["output_throughput"],
+            mode="lines",
+            line=dict(color="black", dash="dot"),
+        )
+    )
+    return fig
+
+
+# --- the serving sweep's chart (explorer.sweeps.serving) -----------------------------------------
+
+_SWEEP_ENGINES = ("sequential", "static", "continuous")
+OFFERED = "offered load (modelled: rate x output tokens)"
+
+
+def _serving_columns(df):
+    cols = {}
+    for e in _SWEEP_ENGINES:
+        part = df[df["engine"] == e] if len(df) else df
+        x = _col(part, "value")
+        cols[f"{e}: output tok/s (measured)"] = {"x": x, "y": _col(part, "output_throughput")}
+        cols[f"{e}: p50 TTFT (measured)"] = {"x": x, "y": _col(part, "median_ttft_ms")}
+        cols[f"{e}: p99 TTFT (measured)"] = {"x": x, "y": _col(part, "p99_ttft_ms")}
+    first = df.drop_duplicates("value") if len(df) else df
+    cols[OFFERED] = {"x": _col(first, "value"), "y": _col(first, "offered_tok_s_modelled")}
+    return cols
+
+
+def _serving_shapes(df):
+    shapes = []
+    if len(df) and "knee" in df:
+        for v in df[df["knee"]]["value"]:
+            shapes.append(
+                dict(
+                    type="line",
+                    xref="x",
+                    yref="paper",
+                    x0=v,
+                    x1=v,
+                    y0=0,
+                    y1=1,
+                    line=dict(color="#d62728", dash="dash"),
+                )
+            )
+    over = df["over"].iloc[0] if len(df) else "rate"
+    return {
+        "shapes": shapes,
+        "title.text": f"Serving sweep over {over} (measured; dashed: the knee)",
+    }
+
+
+@sweep_plot("serving", _serving_columns, _serving_shapes)
+def _serving_figure() -> go.Figure:
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("output throughput", "TTFT (p50 solid, p99 dotted)")
+    )
+    for e in _SWEEP_ENGINES:
+        c = ENGINE_COLORS[e]
+        fig.add_trace(
+            go.Scatter(
+                name=f"{e}: output tok/s (measured)",
+                x=[],
+                y=[],
+                mode="lines+markers",
+                line=dict(color=c),
+            ),
+            1,
+            1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                name=f"{e}: p50 TTFT (measured)",
+                x=[],
+                y=[],
+                mode="lines+markers",
+                line=dict(color=c),
+            ),
+            1,
+            2,
+        )
+        fig.add_trace(
+            go.Scatter(
+                name=f"{e}: p99 TTFT (measured)",
+                x=[],
+                y=[],
+                mode="lines",
+                line=dict(color=c, dash="dot"),
+            ),
+            1,
+            2,
+        )
+    fig.add_trace(  # what arrives: no engine can deliver more than it is asked for
+        go.Scatter(name=OFFERED, x=[], y=[], mode="lines", line=dict(color="grey", dash="dash")),
+        1,
+        1,
+    )
+    fig.update_xaxes(title_text="setting (requests/s, in flight, batch limit or KV blocks)")
+    fig.update_yaxes(title_text="tok/s", row=1, col=1)
+    fig.update_yaxes(title_text="ms", row=1, col=2)
+    return fig
