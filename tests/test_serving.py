@@ -484,17 +484,21 @@ def test_a_stopped_sweep_keeps_its_rows(target):
 def test_rate_sweep_marks_one_knee_and_a_pareto_front(target):
     from explorer.sweeps import serving as serving_sweep
 
+    # one request at a time: at 1000 req/s requests queue behind each other, TTFT far past 2x
     df = serving_sweep.run(
         target,
         over="rate",
-        values=[2, 8, 64],
-        num_prompts=10,
+        values=[2, 8, 1000],
+        engines=["sequential"],
+        num_prompts=8,
         input_len=16,
         output_len=12,
         bar=False,
     )
     assert len(df) == 3 and df["knee"].sum() == 1 and df["pareto"].any()
-    assert df.attrs["knee"]["continuous"] in (2, 8, 64)
+    assert df.attrs["knee"]["sequential"] in (2, 8)
+    assert df["median_ttft_ms"].iloc[-1] > 2 * df["median_ttft_ms"].iloc[0]
+    assert list(df["offered_tok_s_modelled"]) == [24.0, 96.0, 12000.0]
     # a higher rate buys throughput
     assert df["output_throughput"].iloc[-1] > df["output_throughput"].iloc[0]
 
@@ -520,6 +524,9 @@ def test_knee_rule():
     df2 = df.assign(tok_s_per_user=[50, 49, 40, 39], output_throughput=[1, 2, 3, 2.9])
     mark(df2)
     assert list(df2["pareto"]) == [True, True, True, False]
+    calm = df.assign(median_ttft_ms=[10, 11, 12, 19])  # never twice the lightest: no knee
+    mark(calm)
+    assert not calm["knee"].any()
 
 
 # --- the CLI -------------------------------------------------------------------------------------

@@ -159,6 +159,15 @@ def replace(fig: go.Figure, columns: Columns, layout: dict | None = None) -> Non
     )
 
 
+def redraw(widget: go.Figure, fig: go.Figure) -> None:
+    """Make a FigureWidget show another figure (its traces, layout and shapes), in one batch: for
+    views whose trace count depends on the data (a run's Gantt, its CDFs)."""
+    with widget.batch_update():
+        widget.data = []
+        widget.layout = fig.layout
+        widget.add_traces(list(fig.data))
+
+
 def clear(fig: go.Figure, props: Sequence[str] = ("x", "y")) -> None:
     """Empty the data arrays of every trace (layout and styling stay)."""
     empty = {t.name: {p: np.empty(0) for p in props} for t in fig.data}

@@ -417,3 +417,12 @@ def _serving_figure() -> go.Figure:
     fig.update_yaxes(title_text="tok/s", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=2)
     return fig
+
+
+def placeholder_figure(title: str, hint: str = "Run a workload to draw this view") -> go.Figure:
+    """An empty view with its title and a hint (the dashboard's Serving tab before its first run)."""
+    fig = go.Figure(layout=_layout(title=title, height=300))
+    fig.add_annotation(text=hint, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig

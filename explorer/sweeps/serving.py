@@ -7,7 +7,8 @@
     over="kv"           continuous KV block budget (num_blocks) -> preemptions and latency
 
 Knee (rate sweeps): the highest rate before median TTFT first exceeds twice its value at the
-lightest rate -- past it, requests queue faster than the engine drains them.
+lightest rate -- past it, requests queue faster than the engine drains them. No knee is marked
+when TTFT never doubles within the rates swept.
 """
 
 from __future__ import annotations
@@ -86,9 +87,13 @@ def run(
     progress: Progress | None = None,
     bar: bool = True,
     stop: threading.Event | None = None,
+    repeats: int = 1,
     **knobs,
 ) -> pd.DataFrame:
-    """One row per (engine, value): the serving metrics of the same seeded workload."""
+    """One row per (engine, value): the serving metrics of the same seeded workload.
+
+    One run per setting: a run is already many requests, and its percentiles are over them
+    (`repeats`, which the other sweeps take, is noted and not used)."""
     over = over[0] if isinstance(over, list) else over
     if over not in OVER:
         raise ValueError(f"over must be one of {', '.join(OVER)}, got {over!r}")
@@ -96,6 +101,10 @@ def run(
         engines = ["continuous"]
     points = [(e, v) for e in engines for v in values]
     notes: list[str] = []
+    if repeats != 1:
+        notes.append(
+            "one run per setting (its percentiles are over its requests); repeats not used"
+        )
     progress_bar = Bar(len(points), f"serving sweep over {over}", progress, bar)
     stop = stop or threading.Event()
 
@@ -173,7 +182,9 @@ def mark(df: pd.DataFrame) -> None:
         g = g.sort_values("value")
         base = g["median_ttft_ms"].iloc[0]
         over = g[g["median_ttft_ms"] > 2 * base]
-        knee = g[g["value"] < over["value"].iloc[0]] if len(over) else g
+        if not len(over):  # never past twice the lightest: no knee within the rates swept
+            continue
+        knee = g[g["value"] < over["value"].iloc[0]]
         if len(knee):
             df.loc[knee.index[-1], "knee"] = True
 
