@@ -232,6 +232,18 @@ def check_07(f: dict) -> None:
         assert row["measured"] > 0 and row["predicted"] > 0 and 0 < row["c"]
 
 
+def check_08(f: dict) -> None:
+    assert all(n == f["completed"]["continuous"] for n in f["completed"].values())
+    ttft = f["p99_ttft_ms"]
+    assert ttft["continuous"] < ttft["sequential"], "continuous answers before a FCFS queue"
+    assert f["best_engine"] in ttft
+    assert f["rate_throughput"][-1] > f["rate_throughput"][0], "a higher rate buys throughput"
+    assert f["rate_median_ttft_ms"][-1] > f["rate_median_ttft_ms"][0], "and costs latency"
+    assert f["knee"] is None or f["knee"] in f["rates"]
+    assert f["long_len"] > 200 and f["stalled_gaps"] > 0
+    assert f["itl_during_ms"] > f["itl_other_ms"], "a long prefill stalls everyone decoding"
+
+
 CHECKS = {
     "01": check_01,
     "02": check_02,
@@ -240,6 +252,7 @@ CHECKS = {
     "05": check_05,
     "06": check_06,
     "07": check_07,
+    "08": check_08,
 }
 
 
@@ -248,7 +261,7 @@ CHECKS = {
 
 def test_notebooks_exist_in_order():
     numbers = [p.name[:2] for p in NOTEBOOKS]
-    assert numbers[:7] == ["01", "02", "03", "04", "05", "06", "07"], numbers
+    assert numbers[:8] == ["01", "02", "03", "04", "05", "06", "07", "08"], numbers
     assert set(numbers) <= set(CHECKS), f"a notebook without checks: {set(numbers) - set(CHECKS)}"
 
 
