@@ -25,6 +25,13 @@ def cls(widget: W.Widget, name: str) -> W.Widget:
     return widget
 
 
+def stop_button(name: str, tooltip: str, on_click) -> W.Button:
+    """A background run's Stop button (off until the run starts), tagged ie-<name>."""
+    button = cls(W.Button(description="Stop", icon="stop", disabled=True, tooltip=tooltip), name)
+    button.on_click(lambda _: on_click())
+    return button
+
+
 SESSION_WIDGETS = {
     "use_cache": "cache",
     "batch_size": "batch",

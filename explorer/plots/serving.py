@@ -211,62 +211,21 @@ def engine_figure(res) -> go.Figure:
         subplot_titles=("batch per iteration", "KV cache blocks"),
     )
     t = [i.end_s for i in its]
-    fig.add_trace(
-        go.Scatter(
-            name="requests decoding",
-            x=t,
-            y=[i.decode_requests for i in its],
-            mode="lines",
-            line=dict(shape="hv", color=PHASES["decode"]),
-        ),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            name="prompt tokens prefilled",
-            x=t,
-            y=[i.prefill_tokens for i in its],
-            mode="lines",
-            line=dict(shape="hv", color=PHASES["prefill"]),
-        ),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            name="waiting",
-            x=t,
-            y=[i.waiting for i in its],
-            mode="lines",
-            line=dict(shape="hv", color="#7f7f7f", dash="dot"),
-        ),
-        1,
-        1,
-    )
-    if any(i.kv_blocks_total for i in its):
-        fig.add_trace(
-            go.Scatter(
-                name="KV blocks in use",
-                x=t,
-                y=[i.kv_blocks_used for i in its],
-                mode="lines",
-                line=dict(shape="hv", color="#9467bd"),
-            ),
-            2,
-            1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                name="KV budget",
-                x=t,
-                y=[i.kv_blocks_total for i in its],
-                mode="lines",
-                line=dict(color="black", dash="dash"),
-            ),
-            2,
-            1,
-        )
+    lines = [  # (name, Iteration field, row, line style)
+        ("requests decoding", "decode_requests", 1, dict(shape="hv", color=PHASES["decode"])),
+        ("prompt tokens prefilled", "prefill_tokens", 1, dict(shape="hv", color=PHASES["prefill"])),
+        ("waiting", "waiting", 1, dict(shape="hv", color="#7f7f7f", dash="dot")),
+    ]
+    has_kv = any(i.kv_blocks_total for i in its)
+    if has_kv:
+        lines += [
+            ("KV blocks in use", "kv_blocks_used", 2, dict(shape="hv", color="#9467bd")),
+            ("KV budget", "kv_blocks_total", 2, dict(color="black", dash="dash")),
+        ]
+    for name, key, row, line in lines:
+        y = [getattr(i, key) for i in its]
+        fig.add_trace(go.Scatter(name=name, x=t, y=y, mode="lines", line=line), row, 1)
+    if has_kv:
         pre = [i for i in its if i.preempted]
         if pre:
             fig.add_trace(

@@ -16,7 +16,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import cls
+from explorer.app.controls import cls, stop_button
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
@@ -88,17 +88,10 @@ class ServingTab(Tab):
             ),
             "serve-run",
         )
-        self.stop_button = cls(
-            W.Button(
-                description="Stop",
-                icon="stop",
-                disabled=True,
-                tooltip="stop the run (finished requests are kept)",
-            ),
-            "serve-stop",
+        self.stop_button = stop_button(
+            "serve-stop", "stop the run (finished requests are kept)", self.stop
         )
         self.run_button.on_click(lambda _: self.start())
-        self.stop_button.on_click(lambda _: self.stop())
         self.summary = cls(W.HTML(value=""), "serve-summary")
         self.charts = {}
         for key, title in VIEWS:

@@ -14,7 +14,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots, sweeps
-from explorer.app.controls import cls
+from explorer.app.controls import cls, stop_button
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
@@ -42,16 +42,9 @@ class SweepsTab(Tab):
             ),
             "sweep-repeats",
         )
-        self.stop_button = cls(
-            W.Button(
-                description="Stop",
-                icon="stop",
-                disabled=True,
-                tooltip="stop the running sweep after its current point (rows kept)",
-            ),
-            "sweep-stop",
+        self.stop_button = stop_button(
+            "sweep-stop", "stop the running sweep after its current point (rows kept)", self.stop
         )
-        self.stop_button.on_click(lambda _: self.stop())
         self.parts.update({"sweep-repeats": self.repeats, "sweep-stop": self.stop_button})
         pages = [self._page(sweeps.get(n)) for n in self.names]
         self.inner = W.Tab(children=pages, titles=[sweeps.get(n).title for n in self.names])
