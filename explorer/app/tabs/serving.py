@@ -145,8 +145,7 @@ class ServingTab(Tab):
     def set_busy(self, busy: bool) -> None:
         for w in [*self.inputs, self.run_button]:
             w.disabled = busy
-        running = self._thread is not None and self._thread.is_alive()
-        self.stop_button.disabled = not (busy and running)
+        self.stop_button.disabled = not busy or self._thread is None
 
     # --- running ---
 
@@ -199,8 +198,8 @@ class ServingTab(Tab):
             name="explorer-serving",
             daemon=True,
         )
+        self.set_busy(True)  # before start(): a run that fails at once re-enables the controls
         self._thread.start()
-        self.set_busy(True)
         return True
 
     def stop(self) -> None:

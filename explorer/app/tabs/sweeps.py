@@ -117,8 +117,7 @@ class SweepsTab(Tab):
         for name, widget in self.parts.items():
             if name.endswith("-run") or name.endswith("-sizes") or name == "sweep-repeats":
                 widget.disabled = busy
-        running = self._thread is not None and self._thread.is_alive()
-        self.stop_button.disabled = not (busy and running)
+        self.stop_button.disabled = not busy or self._thread is None
 
     # --- running ---
 
@@ -144,8 +143,8 @@ class SweepsTab(Tab):
             name=f"explorer-sweep-{name}",
             daemon=True,
         )
+        self.set_busy(True)  # before start(): a sweep that fails at once re-enables the controls
         self._thread.start()
-        self.set_busy(True)
         return True
 
     def stop(self) -> None:
