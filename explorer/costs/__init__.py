@@ -5,11 +5,13 @@ costs.forward_cost(info, batch=1, tokens_fed=1, context_len=128)   # modelled, b
 costs.hardware.measure("cpu", "float32")                            # measured peaks
 """
 
-from explorer.costs import hardware
+from explorer.costs import hardware, split
 from explorer.costs.parts import (
     BOUND_EXCLUDES,
     FAMILIES,
     PART_NOTES,
+    SPLIT_FIELDS,
+    STEP_COST_FIELDS,
     ForwardCost,
     GenerationCost,
     Shape,
@@ -32,6 +34,8 @@ __all__ = [
     "BOUND_EXCLUDES",
     "FAMILIES",
     "PART_NOTES",
+    "SPLIT_FIELDS",
+    "STEP_COST_FIELDS",
     "ForwardCost",
     "GenerationCost",
     "Shape",
@@ -48,5 +52,6 @@ __all__ = [
     "parameter_counts",
     "roofline",
     "shape_of",
+    "split",
     "step_roofline",
 ]

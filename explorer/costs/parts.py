@@ -414,7 +414,8 @@ def step_roofline(
     logits_positions: int | None = None,
 ) -> dict[str, Any]:
     """The cost fields of one engine Step: flops, bytes (by part), bound_s, bound, achieved_gbps,
-    pct_of_peak_bw. achieved_* are None without a latency; bound_* are None without peaks.
+    pct_of_peak_bw, and the speed-of-light split (explorer.costs.split: floors, overhead_s, mbu,
+    mfu, regime). achieved_* are None without a latency; bound_* are None without peaks.
     achieved_gbps = bound_bytes / latency (weights + KV, not the activations estimate).
     logits_positions=1 when the forward computed the last position's logits only (last_only=True)."""
     cost = forward_cost(
@@ -426,21 +427,36 @@ def step_roofline(
         logits_positions=logits_positions,
     )
     total = cost.bound_bytes
-    bound_s = bound = achieved = pct = None
-    if peaks is not None:
-        bound_s, bound = roofline(cost.total_flops, total, peaks)
+    achieved = pct = None
     if latency_s is not None and latency_s > 0:
         achieved = total / latency_s / 1e9
         if peaks is not None:
             pct = 100.0 * achieved / peaks.bandwidth_gbps
-    return {
+    out = {
         "flops": cost.total_flops,
         "bytes": cost.bytes,
-        "bound_s": bound_s,
-        "bound": bound,
         "achieved_gbps": achieved,
         "pct_of_peak_bw": pct,
+        **dict.fromkeys(("bound_s", "bound", *SPLIT_FIELDS)),
     }
+    if peaks is not None:
+        from explorer.costs.split import split
+
+        parts = split(cost.total_flops, cost.bytes, latency_s, peaks)
+        out.update({k: parts[k] for k in ("bound_s", "bound", *SPLIT_FIELDS)})
+    return out
+
+
+SPLIT_FIELDS = ("floors", "overhead_s", "mbu", "mfu", "regime")  # explorer.costs.split
+STEP_COST_FIELDS = (
+    "flops",
+    "bytes",
+    "bound_s",
+    "bound",
+    "achieved_gbps",
+    "pct_of_peak_bw",
+    *SPLIT_FIELDS,
+)
 
 
 # --- whole generations and batch knees ------------------------------------------------------------

@@ -279,9 +279,7 @@ def _pass_record(
             )
         )
     else:  # a family with no cost model (e.g. a hand-made test model)
-        rec.update(
-            dict.fromkeys(("flops", "bytes", "bound_s", "bound", "achieved_gbps", "pct_of_peak_bw"))
-        )
+        rec.update(dict.fromkeys(costs.STEP_COST_FIELDS))
     return rec
 
 

@@ -65,6 +65,16 @@ class Step:
     bound: str | None = None  # "memory" | "compute"
     achieved_gbps: float | None = None  # sum(bytes) / latency_s / 1e9
     pct_of_peak_bw: float | None = None  # achieved_gbps / measured peak bandwidth x 100
+    # Speed-of-light split (explorer.costs.split): why the step took latency_s
+    floors: dict[str, float] | None = (
+        None  # seconds at peak, by part: weights, kv_read, kv_write, activations, compute
+    )
+    overhead_s: float | None = None  # latency_s - bound_s: what the floors do not explain
+    mbu: float | None = None  # bound bytes / latency_s / peak bandwidth
+    mfu: float | None = None  # flops / latency_s / peak FLOP/s
+    regime: str | None = (
+        None  # "memory" | "compute" | "overhead" (explorer.costs.split.REGIME_RULE)
+    )
     # Speculative decoding (explorer.engine.speculative): the round that emitted this id, and how:
     round: int | None = None
     origin: str | None = (
@@ -182,6 +192,8 @@ class Trace:
             for k, v in parts.items():
                 row[f"bytes/{k}"] = v
             row["bytes_total"] = sum(parts.values()) if parts else None
+            for k, v in (row.pop("floors") or {}).items():
+                row[f"floor/{k}"] = v
             rows.append(row)
         return pd.DataFrame(rows)
 

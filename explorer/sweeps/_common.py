@@ -26,6 +26,7 @@ from transformers import DynamicCache
 
 from explorer import costs
 from explorer.costs import hardware
+from explorer.costs.split import regime
 from explorer.costs.timing import Timer, time_call
 from explorer.engine.session import crop_cache, forward
 from explorer.model.device import is_out_of_memory
@@ -53,6 +54,11 @@ COLUMNS: dict[str, str] = {
     "flops_modelled": "FLOPs of the pass (explorer.costs)",
     "bytes_modelled": "bytes the roofline counts: weights + KV (explorer.costs.bound_bytes)",
     "intensity_modelled": "flops_modelled / bytes_modelled (FLOP per byte)",
+    "overhead_s_derived": "latency_s_measured - bound_s_modelled: what the floors do not explain (s)",
+    "mbu_derived": "model bandwidth utilisation: bytes_modelled / latency / peak bandwidth",
+    "mfu_derived": "model FLOP/s utilisation: flops_modelled / latency / peak FLOP/s",
+    "regime_derived": "memory | compute | overhead (overhead when latency > 2x the bound)",
+    "knee_batch_measured": "smallest batch whose decode step takes over 2x the smallest batch's",
     "bound_s_modelled": "roofline lower bound max(FLOPs / peak FLOP/s, bytes / peak GB/s) (s)",
     "bound_modelled": "'memory' or 'compute': which side of the roofline binds",
     "cumulative_bound_s_modelled": "running sum of bound_s_modelled (s)",
@@ -185,9 +191,19 @@ def modelled(
 
 
 def derived(row: dict, peaks) -> None:
-    gbps = row["bytes_modelled"] / row["latency_s_measured"] / 1e9
+    """Measured against modelled: achieved bandwidth, and the speed-of-light split's overhead,
+    MBU, MFU and regime (explorer.costs.split) of the measured latency."""
+    latency = row["latency_s_measured"]
+    gbps = row["bytes_modelled"] / latency / 1e9
     row["achieved_gbps_derived"] = gbps
     row["pct_of_peak_bw_derived"] = 100.0 * gbps / peaks.bandwidth_gbps
+    overhead = latency - row["bound_s_modelled"]
+    row["overhead_s_derived"] = overhead
+    row["mbu_derived"] = (
+        row["bytes_modelled"] / latency / (peaks.bandwidth_for(row["bytes_modelled"]) * 1e9)
+    )
+    row["mfu_derived"] = row["flops_modelled"] / latency / peaks.roofline_flops
+    row["regime_derived"] = regime(row["bound_s_modelled"], overhead, row["bound_modelled"])
 
 
 def prefill_cache(model, ids: torch.Tensor) -> DynamicCache:

@@ -49,6 +49,10 @@ COLUMNS = [
     "knee_batch_modelled",
     "achieved_gbps_derived",
     "pct_of_peak_bw_derived",
+    "overhead_s_derived",
+    "mbu_derived",
+    "mfu_derived",
+    "regime_derived",
 ]
 
 
@@ -81,7 +85,10 @@ def run(
     times (DynamicCache.batch_repeat_interleave) and times decode passes of B tokens. Batches run
     smallest first; the first one that would not fit (a pre-check of the modelled memory against
     memory_limit_bytes or the free memory, or an out-of-memory error) ends the sweep with a note.
-    attrs["knee_batch_modelled"]: the roofline's batch where decode stops being memory-bound.
+    attrs["knee_batch_modelled"]: the roofline's batch where decode stops being memory-bound
+    (the critical batch, peak FLOP/s / peak bandwidth in tokens, KV traffic included);
+    attrs["knee_batch_measured"]: the smallest batch whose step took over 2x the smallest
+    batch's (where batching stops being nearly free), None if none did.
     """
     batches = sizes("batches", batches)
     check_count("context_len", context_len, 2)
@@ -116,8 +123,17 @@ def run(
             COLUMNS,
             context_len=context_len,
             knee_batch_modelled=knee,
+            knee_batch_measured=measured_knee(rows),
         ),
     )
+
+
+def measured_knee(rows: list[dict]) -> int | None:
+    """Smallest batch whose decode step took over 2x the smallest batch's step (None if none)."""
+    if not rows:
+        return None
+    first = rows[0]["latency_s_measured"]
+    return next((r["batch"] for r in rows if r["latency_s_measured"] > 2 * first), None)
 
 
 def wont_fit(lm: LoadedModel, B: int, context_len: int, limit: int | None) -> str | None:
