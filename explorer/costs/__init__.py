@@ -10,8 +10,6 @@ from explorer.costs.parts import (
     BOUND_EXCLUDES,
     FAMILIES,
     PART_NOTES,
-    SPLIT_FIELDS,
-    STEP_COST_FIELDS,
     ForwardCost,
     GenerationCost,
     Shape,
@@ -27,8 +25,8 @@ from explorer.costs.parts import (
     parameter_counts,
     roofline,
     shape_of,
-    step_roofline,
 )
+from explorer.costs.split import SPLIT_FIELDS, STEP_COST_FIELDS, step_roofline
 
 __all__ = [
     "BOUND_EXCLUDES",

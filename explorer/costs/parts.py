@@ -402,63 +402,6 @@ def roofline(flops: float, nbytes: float, peaks) -> tuple[float, str]:
     return (memory_s, "memory") if memory_s >= compute_s else (compute_s, "compute")
 
 
-def step_roofline(
-    info: ModelInfo,
-    *,
-    batch: int,
-    tokens_fed: int,
-    context_len: int,
-    use_cache: bool,
-    latency_s: float | None,
-    peaks=None,
-    logits_positions: int | None = None,
-) -> dict[str, Any]:
-    """The cost fields of one engine Step: flops, bytes (by part), bound_s, bound, achieved_gbps,
-    pct_of_peak_bw, and the speed-of-light split (explorer.costs.split: floors, overhead_s, mbu,
-    mfu, regime). achieved_* are None without a latency; bound_* are None without peaks.
-    achieved_gbps = bound_bytes / latency (weights + KV, not the activations estimate).
-    logits_positions=1 when the forward computed the last position's logits only (last_only=True)."""
-    cost = forward_cost(
-        info,
-        batch=batch,
-        tokens_fed=tokens_fed,
-        context_len=context_len,
-        use_cache=use_cache,
-        logits_positions=logits_positions,
-    )
-    total = cost.bound_bytes
-    achieved = pct = None
-    if latency_s is not None and latency_s > 0:
-        achieved = total / latency_s / 1e9
-        if peaks is not None:
-            pct = 100.0 * achieved / peaks.bandwidth_gbps
-    out = {
-        "flops": cost.total_flops,
-        "bytes": cost.bytes,
-        "achieved_gbps": achieved,
-        "pct_of_peak_bw": pct,
-        **dict.fromkeys(("bound_s", "bound", *SPLIT_FIELDS)),
-    }
-    if peaks is not None:
-        from explorer.costs.split import split
-
-        parts = split(cost.total_flops, cost.bytes, latency_s, peaks)
-        out.update({k: parts[k] for k in ("bound_s", "bound", *SPLIT_FIELDS)})
-    return out
-
-
-SPLIT_FIELDS = ("floors", "overhead_s", "mbu", "mfu", "regime")  # explorer.costs.split
-STEP_COST_FIELDS = (
-    "flops",
-    "bytes",
-    "bound_s",
-    "bound",
-    "achieved_gbps",
-    "pct_of_peak_bw",
-    *SPLIT_FIELDS,
-)
-
-
 # --- whole generations and batch knees ------------------------------------------------------------
 
 

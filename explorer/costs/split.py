@@ -22,17 +22,28 @@ alone at peak speed on this machine:
 The peak bandwidth is the one the roofline uses for a pass of that size (Peaks.bandwidth_for:
 cache speed when the bytes fit in the last-level cache), so mbu <= 1 exactly when the latency is
 at least the memory floor. `stack` is the additive view, which sums to latency_s exactly: the
-binding side's floors, then the overhead.
+binding side's floors, then the overhead. step_roofline() gives all of a Step's cost fields.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from explorer.costs.parts import BOUND_EXCLUDES
+from explorer.costs.parts import BOUND_EXCLUDES, forward_cost, roofline
+from explorer.model.loader import ModelInfo
 
 REGIME_RULE = "overhead when latency - bound > bound (over 2x the bound); else the binding side"
 MEMORY_PARTS = ("weights", "kv_read", "kv_write")
+SPLIT_FIELDS = ("floors", "overhead_s", "mbu", "mfu", "regime")  # set on a Step beside bound_s
+STEP_COST_FIELDS = (
+    "flops",
+    "bytes",
+    "bound_s",
+    "bound",
+    "achieved_gbps",
+    "pct_of_peak_bw",
+    *SPLIT_FIELDS,
+)
 
 
 def _floor_bytes(parts: dict[str, float]) -> dict[str, float]:
@@ -44,53 +55,79 @@ def _floor_bytes(parts: dict[str, float]) -> dict[str, float]:
     return grouped
 
 
-def split(flops: float, nbytes: dict[str, float], latency_s: float | None, peaks) -> dict[str, Any]:
-    """The split of one step: floors (s) by part, bound_s, overhead_s, mbu, mfu, regime, stack.
-
-    flops: modelled FLOPs of the pass; nbytes: modelled bytes by part (Step.bytes); peaks: a
-    explorer.costs.hardware.Peaks. Without a latency the floors and bound are still given."""
-    grouped = _floor_bytes(nbytes)
-    counted = sum(v for k, v in grouped.items() if k not in BOUND_EXCLUDES)
-    bandwidth = peaks.bandwidth_for(counted) * 1e9  # bytes/s
-    floors = {k: v / bandwidth for k, v in grouped.items()}
-    floors["compute"] = float(flops) / peaks.roofline_flops
-    memory_s = sum(floors[k] for k in MEMORY_PARTS)
-    bound_side = "memory" if memory_s >= floors["compute"] else "compute"
-    bound_s = max(memory_s, floors["compute"])
-    out: dict[str, Any] = {
-        "floors": floors,
-        "bound_s": bound_s,
-        "bound": bound_side,
-        "overhead_s": None,
-        "mbu": None,
-        "mfu": None,
-        "regime": None,
-        "stack": None,
-    }
-    if latency_s is None or latency_s <= 0:
-        return out
-    overhead = latency_s - bound_s
-    bound_parts = (
-        {k: floors[k] for k in MEMORY_PARTS}
-        if bound_side == "memory"
-        else {"compute": floors["compute"]}
-    )
-    out.update(
-        overhead_s=overhead,
-        mbu=counted / latency_s / bandwidth,
-        mfu=float(flops) / latency_s / peaks.roofline_flops,
-        regime=regime(bound_s, overhead, bound_side),
-        stack={**bound_parts, "overhead": overhead},
-    )
-    return out
-
-
 def regime(bound_s: float, overhead_s: float, bound_side: str) -> str:
     """'overhead' when the unexplained time exceeds the bound, else the binding side (REGIME_RULE)."""
     return "overhead" if overhead_s > bound_s else bound_side
 
 
-STEP_FIELDS = ("floors", "bound_s", "overhead_s", "mbu", "mfu", "regime")
+def utilisation(flops: float, counted_bytes: float, latency_s: float, peaks) -> dict[str, Any]:
+    """bound_s, bound, overhead_s, mbu, mfu and regime of a pass that took latency_s (> 0),
+    from its FLOPs and the bytes the roofline counts."""
+    bound_s, side = roofline(flops, counted_bytes, peaks)
+    overhead = latency_s - bound_s
+    return {
+        "bound_s": bound_s,
+        "bound": side,
+        "overhead_s": overhead,
+        "mbu": counted_bytes / latency_s / (peaks.bandwidth_for(counted_bytes) * 1e9),
+        "mfu": float(flops) / latency_s / peaks.roofline_flops,
+        "regime": regime(bound_s, overhead, side),
+    }
+
+
+def split(flops: float, nbytes: dict[str, float], latency_s: float | None, peaks) -> dict[str, Any]:
+    """The split of one step: floors (s) by part, bound_s, bound, overhead_s, mbu, mfu, regime,
+    stack. flops: modelled FLOPs of the pass; nbytes: modelled bytes by part (Step.bytes); peaks:
+    an explorer.costs.hardware.Peaks. Without a latency the floors and bound are still given."""
+    grouped = _floor_bytes(nbytes)
+    counted = sum(v for k, v in grouped.items() if k not in BOUND_EXCLUDES)
+    bandwidth = peaks.bandwidth_for(counted) * 1e9  # bytes/s, as roofline() uses
+    floors = {k: v / bandwidth for k, v in grouped.items()}
+    floors["compute"] = float(flops) / peaks.roofline_flops
+    if latency_s is None or latency_s <= 0:
+        bound_s, side = roofline(flops, counted, peaks)
+        out = {"bound_s": bound_s, "bound": side, **dict.fromkeys(SPLIT_FIELDS)}
+        return {**out, "floors": floors, "stack": None}
+    out = utilisation(flops, counted, latency_s, peaks)
+    binding = MEMORY_PARTS if out["bound"] == "memory" else ("compute",)
+    stack = {k: floors[k] for k in binding} | {"overhead": out["overhead_s"]}
+    return {**out, "floors": floors, "stack": stack}
+
+
+def step_roofline(
+    info: ModelInfo,
+    *,
+    batch: int,
+    tokens_fed: int,
+    context_len: int,
+    use_cache: bool,
+    latency_s: float | None,
+    peaks=None,
+    logits_positions: int | None = None,
+) -> dict[str, Any]:
+    """The cost fields of one engine Step (STEP_COST_FIELDS): flops, bytes (by part), achieved_gbps,
+    pct_of_peak_bw, bound_s, bound and the split (floors, overhead_s, mbu, mfu, regime).
+    achieved_* are None without a latency; the bound and split are None without peaks.
+    achieved_gbps = bound_bytes / latency (weights + KV, not the activations estimate).
+    logits_positions=1 when the forward computed the last position's logits only (last_only=True)."""
+    cost = forward_cost(
+        info,
+        batch=batch,
+        tokens_fed=tokens_fed,
+        context_len=context_len,
+        use_cache=use_cache,
+        logits_positions=logits_positions,
+    )
+    out: dict[str, Any] = dict.fromkeys(STEP_COST_FIELDS)
+    out.update(flops=cost.total_flops, bytes=cost.bytes)
+    if latency_s is not None and latency_s > 0:
+        out["achieved_gbps"] = cost.bound_bytes / latency_s / 1e9
+        if peaks is not None:
+            out["pct_of_peak_bw"] = 100.0 * out["achieved_gbps"] / peaks.bandwidth_gbps
+    if peaks is not None:
+        parts = split(cost.total_flops, cost.bytes, latency_s, peaks)
+        out.update({k: parts[k] for k in ("bound_s", "bound", *SPLIT_FIELDS)})
+    return out
 
 
 def split_step(step, peaks) -> dict[str, Any]:
@@ -102,16 +139,9 @@ def split_step(step, peaks) -> dict[str, Any]:
     return split(step.flops, step.bytes, step.latency_s, peaks)
 
 
-def fill_step(step, peaks) -> None:
-    """Set the split's fields (STEP_FIELDS) on a Step in place."""
-    result = split_step(step, peaks)
-    for key in STEP_FIELDS:
-        setattr(step, key, result[key])
-
-
 def split_trace(trace) -> list[dict[str, Any]]:
     """The split of every step of a Trace (a saved one too: the peaks come from trace.hardware),
-    filled into the steps in place; returns one dict per step."""
+    filled into the steps in place (bound_s, bound and SPLIT_FIELDS); returns one dict per step."""
     from explorer.costs.hardware import Peaks
 
     if not trace.hardware:
@@ -122,6 +152,8 @@ def split_trace(trace) -> list[dict[str, Any]]:
     peaks = Peaks(**trace.hardware) if isinstance(trace.hardware, dict) else trace.hardware
     out = []
     for step in trace.steps:
-        fill_step(step, peaks)
-        out.append({"index": step.index, "phase": step.phase, **split_step(step, peaks)})
+        result = split_step(step, peaks)
+        for key in ("bound_s", "bound", *SPLIT_FIELDS):
+            setattr(step, key, result[key])
+        out.append({"index": step.index, "phase": step.phase, **result})
     return out

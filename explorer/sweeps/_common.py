@@ -26,7 +26,7 @@ from transformers import DynamicCache
 
 from explorer import costs
 from explorer.costs import hardware
-from explorer.costs.split import regime
+from explorer.costs.split import utilisation
 from explorer.costs.timing import Timer, time_call
 from explorer.engine.session import crop_cache, forward
 from explorer.model.device import is_out_of_memory
@@ -197,13 +197,9 @@ def derived(row: dict, peaks) -> None:
     gbps = row["bytes_modelled"] / latency / 1e9
     row["achieved_gbps_derived"] = gbps
     row["pct_of_peak_bw_derived"] = 100.0 * gbps / peaks.bandwidth_gbps
-    overhead = latency - row["bound_s_modelled"]
-    row["overhead_s_derived"] = overhead
-    row["mbu_derived"] = (
-        row["bytes_modelled"] / latency / (peaks.bandwidth_for(row["bytes_modelled"]) * 1e9)
-    )
-    row["mfu_derived"] = row["flops_modelled"] / latency / peaks.roofline_flops
-    row["regime_derived"] = regime(row["bound_s_modelled"], overhead, row["bound_modelled"])
+    split = utilisation(row["flops_modelled"], row["bytes_modelled"], latency, peaks)
+    for key in ("overhead_s", "mbu", "mfu", "regime"):
+        row[f"{key}_derived"] = split[key]
 
 
 def prefill_cache(model, ids: torch.Tensor) -> DynamicCache:
