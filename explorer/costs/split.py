@@ -15,9 +15,11 @@ alone at peak speed on this machine:
                   Python, kernel launches, framework bookkeeping, and kernels running below peak)
     mbu         = bound bytes / latency_s / peak bandwidth     (model bandwidth utilisation)
     mfu         = FLOPs / latency_s / peak FLOP/s              (model FLOP/s utilisation)
-    regime      = "overhead" when overhead_s > bound_s (the step takes more than twice its
-                  bound: most of it is not the memory or the math), else the side that binds
-                  the bound ("memory" or "compute")
+    regime      = the largest of three floors: "overhead" when the overhead floor (the measured
+                  latency of the same model's skeleton, explorer.costs.overhead) exceeds the
+                  bound, else the side that binds the bound ("memory" or "compute"). Without a
+                  measured overhead floor (older traces) the fallback rule: "overhead" when
+                  overhead_s > bound_s (the step takes more than twice its bound)
 
 The peak bandwidth is the one the roofline uses for a pass of that size (Peaks.bandwidth_for:
 cache speed when the bytes fit in the last-level cache), so mbu <= 1 exactly when the latency is
@@ -32,7 +34,13 @@ from typing import Any
 from explorer.costs.parts import BOUND_EXCLUDES, forward_cost, roofline
 from explorer.model.loader import ModelInfo
 
-REGIME_RULE = "overhead when latency - bound > bound (over 2x the bound); else the binding side"
+REGIME_RULE = (
+    "the largest floor: overhead when the measured overhead floor (a near-empty forward of the same "
+    "model) exceeds the roofline bound, else the side that binds the bound"
+)
+FALLBACK_RULE = (
+    "without an overhead floor: overhead when latency - bound > bound; else the binding side"
+)
 MEMORY_PARTS = ("weights", "kv_read", "kv_write")
 SPLIT_FIELDS = ("floors", "overhead_s", "mbu", "mfu", "regime")  # set on a Step beside bound_s
 STEP_COST_FIELDS = (
@@ -43,6 +51,7 @@ STEP_COST_FIELDS = (
     "achieved_gbps",
     "pct_of_peak_bw",
     *SPLIT_FIELDS,
+    "overhead_floor_s",
 )
 
 
@@ -55,14 +64,18 @@ def _floor_bytes(parts: dict[str, float]) -> dict[str, float]:
     return grouped
 
 
-def regime(bound_s: float, overhead_s: float, bound_side: str) -> str:
-    """'overhead' when the unexplained time exceeds the bound, else the binding side (REGIME_RULE)."""
+def regime(bound_s: float, overhead_s: float, bound_side: str, floor_s: float | None = None) -> str:
+    """REGIME_RULE with a measured overhead floor_s; FALLBACK_RULE without one."""
+    if floor_s is not None:
+        return "overhead" if floor_s > bound_s else bound_side
     return "overhead" if overhead_s > bound_s else bound_side
 
 
-def utilisation(flops: float, counted_bytes: float, latency_s: float, peaks) -> dict[str, Any]:
+def utilisation(
+    flops: float, counted_bytes: float, latency_s: float, peaks, floor_s: float | None = None
+) -> dict[str, Any]:
     """bound_s, bound, overhead_s, mbu, mfu and regime of a pass that took latency_s (> 0),
-    from its FLOPs and the bytes the roofline counts."""
+    from its FLOPs and the bytes the roofline counts; floor_s: the measured overhead floor."""
     bound_s, side = roofline(flops, counted_bytes, peaks)
     overhead = latency_s - bound_s
     return {
@@ -71,14 +84,21 @@ def utilisation(flops: float, counted_bytes: float, latency_s: float, peaks) -> 
         "overhead_s": overhead,
         "mbu": counted_bytes / latency_s / (peaks.bandwidth_for(counted_bytes) * 1e9),
         "mfu": float(flops) / latency_s / peaks.roofline_flops,
-        "regime": regime(bound_s, overhead, side),
+        "regime": regime(bound_s, overhead, side, floor_s),
     }
 
 
-def split(flops: float, nbytes: dict[str, float], latency_s: float | None, peaks) -> dict[str, Any]:
+def split(
+    flops: float,
+    nbytes: dict[str, float],
+    latency_s: float | None,
+    peaks,
+    floor_s: float | None = None,
+) -> dict[str, Any]:
     """The split of one step: floors (s) by part, bound_s, bound, overhead_s, mbu, mfu, regime,
     stack. flops: modelled FLOPs of the pass; nbytes: modelled bytes by part (Step.bytes); peaks:
-    an explorer.costs.hardware.Peaks. Without a latency the floors and bound are still given."""
+    an explorer.costs.hardware.Peaks; floor_s: the measured overhead floor (None: fallback rule).
+    Without a latency the floors and bound are still given."""
     grouped = _floor_bytes(nbytes)
     counted = sum(v for k, v in grouped.items() if k not in BOUND_EXCLUDES)
     bandwidth = peaks.bandwidth_for(counted) * 1e9  # bytes/s, as roofline() uses
@@ -88,7 +108,7 @@ def split(flops: float, nbytes: dict[str, float], latency_s: float | None, peaks
         bound_s, side = roofline(flops, counted, peaks)
         out = {"bound_s": bound_s, "bound": side, **dict.fromkeys(SPLIT_FIELDS)}
         return {**out, "floors": floors, "stack": None}
-    out = utilisation(flops, counted, latency_s, peaks)
+    out = utilisation(flops, counted, latency_s, peaks, floor_s)
     binding = MEMORY_PARTS if out["bound"] == "memory" else ("compute",)
     stack = {k: floors[k] for k in binding} | {"overhead": out["overhead_s"]}
     return {**out, "floors": floors, "stack": stack}
@@ -104,6 +124,7 @@ def step_roofline(
     latency_s: float | None,
     peaks=None,
     logits_positions: int | None = None,
+    floor_s: float | None = None,
 ) -> dict[str, Any]:
     """The cost fields of one engine Step (STEP_COST_FIELDS): flops, bytes (by part), achieved_gbps,
     pct_of_peak_bw, bound_s, bound and the split (floors, overhead_s, mbu, mfu, regime).
@@ -125,18 +146,22 @@ def step_roofline(
         if peaks is not None:
             out["pct_of_peak_bw"] = 100.0 * out["achieved_gbps"] / peaks.bandwidth_gbps
     if peaks is not None:
-        parts = split(cost.total_flops, cost.bytes, latency_s, peaks)
+        parts = split(cost.total_flops, cost.bytes, latency_s, peaks, floor_s)
         out.update({k: parts[k] for k in ("bound_s", "bound", *SPLIT_FIELDS)})
+        out["overhead_floor_s"] = floor_s
     return out
 
 
-def split_step(step, peaks) -> dict[str, Any]:
-    """The split of a recorded Step (needs its flops and bytes, as the engine fills them)."""
+def split_step(step, peaks, floor_s: float | None = None) -> dict[str, Any]:
+    """The split of a recorded Step (needs its flops and bytes, as the engine fills them);
+    floor_s defaults to the step's own recorded overhead floor."""
     if step.flops is None or step.bytes is None:
         raise ValueError(
             f"step {step.index} has no modelled flops/bytes (recorded with roofline=False?)"
         )
-    return split(step.flops, step.bytes, step.latency_s, peaks)
+    if floor_s is None:
+        floor_s = getattr(step, "overhead_floor_s", None)
+    return split(step.flops, step.bytes, step.latency_s, peaks, floor_s)
 
 
 def split_trace(trace) -> list[dict[str, Any]]:
@@ -150,9 +175,12 @@ def split_trace(trace) -> list[dict[str, Any]]:
             "roofline=False, so there is no bound to split against"
         )
     peaks = Peaks(**trace.hardware) if isinstance(trace.hardware, dict) else trace.hardware
+    floor = (getattr(trace, "overhead_floor", None) or {}).get("floor_s")
     out = []
     for step in trace.steps:
-        result = split_step(step, peaks)
+        result = split_step(step, peaks, floor)
+        if floor is not None:
+            step.overhead_floor_s = floor
         for key in ("bound_s", "bound", *SPLIT_FIELDS):
             setattr(step, key, result[key])
         out.append({"index": step.index, "phase": step.phase, **result})

@@ -1,22 +1,28 @@
 """The step-by-step engine: one forward pass per token, every sampling stage recorded.
 
-Low-level phase functions (used by Session, speculative decoding and the experiments):
-
-    forward(model, input_ids [B, T], cache, attention_mask [B, L]) -> (logits [B, T, V] float32, cache)
-    kv_cache_bytes(cache)  -> bytes held by every key/value tensor
-    crop_cache(cache, length) -> keep the first `length` positions
+The low-level phases (forward, kv_cache_bytes, crop_cache, copy_cache) live in
+explorer.engine.passes and are re-exported here.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
+import threading
+from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache
 
 from explorer.costs.timing import Timer
+from explorer.engine.passes import (  # noqa: F401  (re-exported: the engine phases)
+    _accepts_logits_to_keep,
+    copy_cache,
+    crop_cache,
+    forward,
+    kv_cache_bytes,
+    position_ids,
+)
 from explorer.engine.sampling import (
     Draw,
     Sampling,
@@ -28,104 +34,15 @@ from explorer.engine.sampling import (
 from explorer.engine.settings import SessionOptions
 from explorer.engine.trace import Step, Trace
 
-# --- low-level phases ----------------------------------------------------------------------------
-
-
-def position_ids(
-    input_ids: torch.Tensor, past_len: int, attention_mask: torch.Tensor | None
-) -> torch.Tensor:
-    """Positions of the fed tokens [B, T]: from the mask with left padding (pads get 0), else past_len + arange."""
-    T = input_ids.shape[1]
-    if attention_mask is None:
-        return torch.arange(past_len, past_len + T, device=input_ids.device).unsqueeze(0)  # [1, T]
-    pos = attention_mask.long().cumsum(-1) - 1  # [B, L]
-    return pos.clamp_(min=0)[:, -T:]  # [B, T]
-
-
-def _accepts_logits_to_keep(model) -> bool:
-    cached = getattr(model, "_explorer_logits_to_keep", None)
-    if cached is None:
-        cached = "logits_to_keep" in inspect.signature(model.forward).parameters
-        model._explorer_logits_to_keep = cached
-    return cached
-
-
-def forward(
-    model,
-    input_ids: torch.Tensor,
-    cache: DynamicCache | None,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    last_only: bool = False,
-) -> tuple[torch.Tensor, DynamicCache | None]:
-    """One forward pass under inference_mode. Returns float32 logits [B, T, V] (or [B, 1, V] with last_only).
-
-    cache=None feeds the whole sequence with no cache; otherwise `input_ids` are the tokens not yet
-    in the cache and the cache grows by T. attention_mask [B, L] covers cache + fed tokens (L = past + T);
-    positions come from it, so a left-padded batch gives the same logits as each row alone.
-    last_only computes the LM head for the last position only (as generate() does).
-    """
-    past = cache.get_seq_length() if cache is not None else 0
-    if attention_mask is not None and attention_mask.shape[1] != past + input_ids.shape[1]:
-        raise ValueError(
-            f"attention_mask covers {attention_mask.shape[1]} positions but the cache holds {past} "
-            f"and {input_ids.shape[1]} are fed"
-        )
-    kw = {"logits_to_keep": 1} if last_only and _accepts_logits_to_keep(model) else {}
-    with torch.inference_mode():
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids(input_ids, past, attention_mask),
-            cache=cache,
-            use_cache=cache is not None,
-            **kw,
-        )
-        logits = out.logits[:, -1:] if last_only else out.logits  # [B, T, V]
-        return logits.float(), (out.cache if cache is not None else None)
-
-
-def kv_cache_bytes(cache: DynamicCache | None) -> int:
-    """Bytes held by all key and value tensors of the cache (0 for None or an empty cache)."""
-    if cache is None:
-        return 0
-    total = 0
-    for layer in cache.layers:
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
-    return total
-
-
-def crop_cache(cache: DynamicCache, length: int) -> DynamicCache:
-    """Keep the first `length` cached positions (no recompute). Returns the same cache object."""
-    have = cache.get_seq_length()
-    if not isinstance(length, int) or not 0 <= length <= have:
-        raise ValueError(f"cannot crop a cache of {have} positions to {length!r}")
-    if length < have:
-        with torch.inference_mode():
-            cache.crop(length - have)  # transformers 5: a negative number = positions to remove
-    return cache
-
-
-def copy_cache(cache: DynamicCache | None) -> DynamicCache | None:
-    """An independent copy of the cache (cloned tensors), for fork()."""
-    if cache is None:
-        return None
-    with torch.inference_mode():
-        data = [
-            (layer.keys.clone(), layer.values.clone())
-            for layer in cache.layers
-            if getattr(layer, "is_initialized", False)
-        ]
-    return DynamicCache(data) if data else DynamicCache()
-
-
 # --- the Session ---------------------------------------------------------------------------------
 
 
 class SessionDone(RuntimeError):
     """step() on a session that has stopped (EOS, max_new_tokens or max positions)."""
+
+
+class SessionBusy(RuntimeError):
+    """A step, profile or inside view was asked for while another one runs on the same session."""
 
 
 class Session:
@@ -205,6 +122,7 @@ class Session:
             prompt_ids=list(rows[0]),
         )
         self.stop_reason: str | None = None
+        self._busy = threading.Lock()
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -327,6 +245,7 @@ class Session:
         other._gen_states = list(self._gen_states)
         other._finished = list(self._finished)
         other._timer = Timer(self.device)
+        other._busy = threading.Lock()
         other.trace = dataclasses.replace(
             self.trace,
             steps=[copy.copy(s) for s in self.trace.steps],
@@ -370,10 +289,92 @@ class Session:
             "stages": probs,
         }
 
+    # --- views on demand: a replay of one step on a copy of the cache; the session is unchanged ---
+
+    def profile_step(self, step: int | None = None, *, repeats: int = 3) -> dict:
+        """Run step `step` (default: the latest; the pending prefill before any) again under
+        torch.profiler and group its time by part of the model (explorer.costs.profile)."""
+        from explorer.costs import forward_cost
+        from explorer.costs.profile import profile_replay
+
+        with self._exclusive("profile_step()"):
+            r = self._replay(step)
+            rec = self.trace.steps[r.index] if r.index < len(self.trace.steps) else None
+            cost = forward_cost(
+                self.lm.info,
+                batch=r.ids.shape[0],
+                tokens_fed=r.feed.shape[1],
+                context_len=r.ids.shape[1],
+                use_cache=r.cache is not None,
+                logits_positions=1,
+            )
+            return profile_replay(
+                self.lm.model,
+                r,
+                sample=self._replay_sampler(r),
+                cost=cost,
+                peaks=self._peaks(),
+                latency_s=None if rec is None else rec.latency_s,
+                forward_kwargs=self._last_only_kwargs(),
+                repeats=repeats,
+            )
+
+    def _replay_sampler(self, r):
+        """The sampling chain of this session on a copy of its generator (its draws are unchanged)."""
+        generator = torch.Generator(device="cpu")
+        generator.set_state(self._gen.get_state())
+
+        def sample(logits):  # [B, V]
+            stages = process(logits, r.ids, self.sampling, r.mask)
+            return choose_token(stages[-1][1], self.sampling.is_greedy, generator, greedy_cdf=False)
+
+        return sample
+
+    def _last_only_kwargs(self) -> dict:
+        return {"logits_to_keep": 1} if _accepts_logits_to_keep(self.lm.model) else {}
+
+    def logit_lens(self, step: int | None = None, top_n: int = 5) -> list[dict]:
+        """Per decoder layer: top tokens, prob of the chosen token, entropy, KL to the final
+        distribution, for the newest position of row 0 at step `step` (explorer.inside.lens)."""
+        from explorer.inside import logit_lens
+
+        with self._exclusive("logit_lens()"):
+            r = self._replay(step)
+            kw = self._last_only_kwargs()
+            run = lambda: r.run(self.lm.model, **kw)  # noqa: E731
+            return logit_lens(self.lm.model, run, chosen=r.chosen, top_n=top_n, text=self._text)
+
+    def attention(self, step: int | None = None) -> dict:
+        """The newest token's attention over the context at step `step`, per layer and head
+        (explorer.inside.attention): {"layers", "heads", "positions", "weights" [L][H][P], ...}."""
+        from explorer.inside import attention
+
+        with self._exclusive("attention()"):
+            return attention(self.lm.model, self._replay(step), text=self._text)
+
+    def _replay(self, step: int | None):
+        from explorer.engine.replay import replay_of
+
+        return replay_of(self, step)
+
+    @contextmanager
+    def _exclusive(self, what: str):
+        if not self._busy.acquire(blocking=False):
+            raise SessionBusy(
+                f"{what} cannot run while another step runs on this session; try again when it ends"
+            )
+        try:
+            yield
+        finally:
+            self._busy.release()
+
     # --- one step, phase by phase ----------------------------------------------------------------
 
-    @torch.inference_mode()
     def _step(self, forced: torch.Tensor | None) -> Step:
+        with self._exclusive("step()"), torch.inference_mode():
+            return self._step_unlocked(forced)
+
+    def _step_unlocked(self, forced: torch.Tensor | None) -> Step:
         if self.done:
             raise SessionDone(
                 f"the session has stopped ({self.stop_reason}); rewind() or fork() to go on"
@@ -536,6 +537,7 @@ class Session:
             latency_s=step.latency_s,
             peaks=self._peaks(),
             logits_positions=1,
+            floor_s=self._overhead_floor(),
         )
         for key, value in costs.items():
             setattr(step, key, value)
@@ -551,6 +553,16 @@ class Session:
         if self.trace.hardware is None:
             self.trace.hardware = _plain(self._peaks_cache)
         return self._peaks_cache
+
+    def _overhead_floor(self) -> float | None:
+        """Measured overhead floor of this model (explorer.costs.overhead; once per model, lazily)."""
+        if not self.roofline:
+            return None
+        if self.trace.overhead_floor is None:
+            from explorer.costs.overhead import overhead_floor
+
+            self.trace.overhead_floor = overhead_floor(self.lm.model)
+        return self.trace.overhead_floor["floor_s"]
 
     # --- token text ------------------------------------------------------------------------------
 

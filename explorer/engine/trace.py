@@ -75,6 +75,7 @@ class Step:
     regime: str | None = (
         None  # "memory" | "compute" | "overhead" (explorer.costs.split.REGIME_RULE)
     )
+    overhead_floor_s: float | None = None  # measured near-empty forward (explorer.costs.overhead)
     # Speculative decoding (explorer.engine.speculative): the round that emitted this id, and how:
     round: int | None = None
     origin: str | None = (
@@ -109,6 +110,8 @@ class Trace:
     hardware: dict[str, Any] | None = (
         None  # measured peaks used for the roofline (explorer.costs.hardware)
     )
+    overhead_floor: dict[str, Any] | None = None  # explorer.costs.overhead.overhead_floor()
+    calibration: dict[str, Any] | None = None  # explorer.costs.calibrate.Calibration.to_dict()
     rounds: list[dict] = field(default_factory=list)  # speculative runs: Round.to_dict() per round
     schema: int = SCHEMA_VERSION
 

@@ -15,6 +15,12 @@ from contextlib import contextmanager
 
 from torch import nn
 
+
+class InsideUnavailable(ValueError):
+    """This model (or this trace without a model) cannot give the requested inside view; the
+    message names what is missing."""
+
+
 Pre = Callable[[nn.Module, tuple], object] | None
 Post = Callable[[nn.Module, tuple, object], object] | None
 

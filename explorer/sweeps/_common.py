@@ -28,7 +28,7 @@ from explorer import costs
 from explorer.costs import hardware
 from explorer.costs.split import utilisation
 from explorer.costs.timing import Timer, time_call
-from explorer.engine.session import crop_cache, forward
+from explorer.engine.passes import crop_cache, forward
 from explorer.model.device import is_out_of_memory
 from explorer.model.loader import LoadedModel, ModelInfo
 

@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
-from explorer.engine.session import copy_cache
+from explorer.engine.passes import copy_cache
 from explorer.model.device import available_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register

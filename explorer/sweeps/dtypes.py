@@ -12,7 +12,7 @@ import torch
 
 from explorer.costs import hardware
 from explorer.costs.timing import Timer
-from explorer.engine.session import forward, kv_cache_bytes
+from explorer.engine.passes import forward, kv_cache_bytes
 from explorer.model.device import DTYPES, dtype_name, resolve_device
 from explorer.model.loader import LoadedModel, load, model_info
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register

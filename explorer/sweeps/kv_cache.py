@@ -11,7 +11,7 @@ from transformers import DynamicCache
 
 from explorer import costs
 from explorer.costs.timing import time_call
-from explorer.engine.session import forward, kv_cache_bytes
+from explorer.engine.passes import forward, kv_cache_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
