@@ -200,4 +200,98 @@ def _print_bench_speculative(target, draft, rows: list[dict], pair: dict | None)
 
 from explorer.cli.serving import add_bench_serving  # noqa: E402
 
-BENCH_COMMANDS = [_add_bench_overhead, _add_bench_speculative, add_bench_serving]
+
+def _add_bench_calibrate(bench) -> None:
+    p = bench.add_parser(
+        "calibrate",
+        help="fit effective bandwidth, FLOP/s and per-step/per-layer overhead to measured decode "
+        "steps; print the held-out error before (roofline bound) and after",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help="a model to measure (repeatable; default: bundled:target and arch:qwen2.5-0.5b)",
+    )
+    p.add_argument("--batches", default="1,4,16", help="batch sizes of the grid")
+    p.add_argument("--contexts", default="64,256,512", help="context lengths of the grid")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--out", default=None, metavar="FILE", help="save the calibration as JSON")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_bench_calibrate)
+
+
+def calibrate_models(models, *, batches, contexts, repeats, device="auto", dtype="auto"):
+    """Measure the regime-map grid of each model, fit one calibration to the default train split of
+    all of them (explorer.costs.calibrate.split_points) and score it on the held-out cells."""
+    from explorer import sweeps
+    from explorer.costs import calibrate
+    from explorer.model.loader import load
+    from explorer.sweeps.regime_map import points
+
+    pts, frames = [], {}
+    for name in models:
+        lm = load(name, device=device, dtype=dtype)
+        df = sweeps.run(
+            "regime-map", lm, batches=batches, contexts=contexts, repeats=repeats, bar=False
+        )
+        frames[name], pts = df, pts + points(df)
+        del lm
+    first = next(iter(frames.values())).attrs
+    train, heldout = calibrate.split_points(pts)
+    cal = calibrate.fit(
+        train, heldout, device=first["device"], dtype=first["dtype"], threads=first["threads"]
+    )
+    return cal, frames
+
+
+def _cmd_bench_calibrate(args) -> int:
+    from explorer.sweeps import get
+
+    sweep = get("regime-map")
+    kw = sweep.arguments(
+        {"batches": args.batches, "contexts": args.contexts}, lambda p: "--" + p.name
+    )
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    models = args.model or ["bundled:target", "arch:qwen2.5-0.5b"]
+    cal, frames = calibrate_models(
+        models, repeats=args.repeats, device=args.device, dtype=args.dtype, **kw
+    )
+    if args.out:
+        cal.save(args.out)
+    if args.json:
+        print_json(cal.to_dict())
+        return 0
+    a = next(iter(frames.values())).attrs
+    print(
+        f"calibration on {a['device']} ({a['dtype']}, {a['threads']} threads): decode steps at batches "
+        f"{kw['batches']} x contexts {kw['contexts']}, median of {args.repeats} after 1 warm-up, "
+        f"{a['timer']}; {cal.n_train} steps fitted, {cal.n_heldout} held out"
+    )
+    print(f"  rule: {cal.rule}")
+    print(f"  fitted: {cal.summary().split('; held-out')[0]}")
+    for model, m in cal.per_model.items():
+        print(
+            f"  {model:<22} heldout_err_before_pct {m['heldout_err_before_pct']:6.1f}   "
+            f"heldout_err_after_pct {m['heldout_err_after_pct']:6.1f}   ({m['n_heldout']} held-out steps)"
+        )
+    print(
+        f"  all models            heldout_err_before_pct {cal.heldout_err_before_pct:6.1f}   "
+        f"heldout_err_after_pct {cal.heldout_err_after_pct:6.1f}"
+    )
+    for note in cal.notes:
+        print(f"note: {note}")
+    if args.out:
+        print(f"saved to {args.out}")
+    return 0
+
+
+BENCH_COMMANDS = [
+    _add_bench_overhead,
+    _add_bench_speculative,
+    add_bench_serving,
+    _add_bench_calibrate,
+]

@@ -541,6 +541,11 @@ class Session:
         )
         for key, value in costs.items():
             setattr(step, key, value)
+        if self.trace.calibration is None:  # the calibration in use, saved with the trace
+            from explorer.costs.calibrate import active
+
+            cal = active(self.lm.info.name, str(self.device), self.lm.info.dtype)
+            self.trace.calibration = cal.to_dict() if cal is not None else None
 
     def _peaks(self):
         """Measured peaks of this device and dtype (once per process, lazily); None with roofline=False."""

@@ -57,7 +57,13 @@ COLUMNS: dict[str, str] = {
     "overhead_s_derived": "latency_s_measured - bound_s_modelled: what the floors do not explain (s)",
     "mbu_derived": "model bandwidth utilisation: bytes_modelled / latency / peak bandwidth",
     "mfu_derived": "model FLOP/s utilisation: flops_modelled / latency / peak FLOP/s",
-    "regime_derived": "memory | compute | overhead (overhead when latency > 2x the bound)",
+    "regime_derived": "memory | compute | overhead (explorer.costs.split.REGIME_RULE against "
+    "attrs['overhead_floor_s'] where measured, else overhead when latency > 2x the bound)",
+    "kv_bytes_modelled": "K/V bytes read from the cache by the pass (batch x cached tokens x KV bytes/token)",
+    "kv_over_weights_modelled": "kv_bytes_modelled / weight bytes: > 1 where the cache outweighs the model",
+    "latency_s_calibrated": "latency predicted by the calibrated cost model (attrs['calibration']) (s)",
+    "calibrated_err_pct_derived": "(latency_s_calibrated - latency_s_measured) / latency_s_measured x 100",
+    "bound_err_pct_derived": "(bound_s_modelled - latency_s_measured) / latency_s_measured x 100",
     "knee_batch_measured": "smallest batch whose decode step takes over 2x the smallest batch's",
     "bound_s_modelled": "roofline lower bound max(FLOPs / peak FLOP/s, bytes / peak GB/s) (s)",
     "bound_modelled": "'memory' or 'compute': which side of the roofline binds",
@@ -190,14 +196,14 @@ def modelled(
     }
 
 
-def derived(row: dict, peaks) -> None:
+def derived(row: dict, peaks, floor_s: float | None = None) -> None:
     """Measured against modelled: achieved bandwidth, and the speed-of-light split's overhead,
-    MBU, MFU and regime (explorer.costs.split) of the measured latency."""
+    MBU, MFU and regime (explorer.costs.split; floor_s: the measured overhead floor)."""
     latency = row["latency_s_measured"]
     gbps = row["bytes_modelled"] / latency / 1e9
     row["achieved_gbps_derived"] = gbps
     row["pct_of_peak_bw_derived"] = 100.0 * gbps / peaks.bandwidth_gbps
-    split = utilisation(row["flops_modelled"], row["bytes_modelled"], latency, peaks)
+    split = utilisation(row["flops_modelled"], row["bytes_modelled"], latency, peaks, floor_s)
     for key in ("overhead_s", "mbu", "mfu", "regime"):
         row[f"{key}_derived"] = split[key]
 

@@ -1,0 +1,285 @@
+"""Calibration: fit the cost model's speeds to a few measured steps, then check it on others.
+
+The roofline bound (explorer.costs.parts.roofline) is a floor, not a prediction: on the bundled
+model a decode step takes about 30x its bound (overhead), on a 0.5B shape about 3x. Calibration
+turns the cost model into a prediction of the latency itself,
+
+    latency ~ bytes / effective_bandwidth + flops / effective_flops
+              + step_overhead_s + layers * layer_overhead_s                 (CALIBRATION_RULE)
+
+with the four parameters fitted (non-negative least squares on the relative error) to measured
+decode steps, and reports the error on *held-out* steps that the fit did not see (other context
+lengths and batch sizes; with two model shapes the per-layer overhead is what carries the fit
+from one shape to the other). "Before" is the explorer's uncalibrated prediction, the roofline
+bound of the same step; "after" is the calibrated formula.
+
+A point is plain data: {"model", "layers", "batch", "context_len", "latency_s" (measured),
+"bytes" (bound bytes: weights + KV, modelled), "flops" (modelled), "bound_s" (modelled)}, and
+optionally "device" and "dtype" (the calibration's, when fit() is not told); the
+regime-map sweep's rows give them (explorer.sweeps.regime_map.points). A Calibration is plain data
+too (to_dict / from_dict), saved with a Trace (Trace.calibration) and used by the predictions
+that take one (the regime-map sweep's latency_s_calibrated column, the trust table).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+CALIBRATION_RULE = (
+    "latency = bytes / effective bandwidth + FLOPs / effective FLOP/s + step overhead "
+    "+ layers x per-layer overhead (non-negative least squares on relative error)"
+)
+PARAMS = ("s_per_byte", "s_per_flop", "step_overhead_s", "layer_overhead_s")
+POINT_KEYS = ("model", "layers", "batch", "context_len", "latency_s", "bytes", "flops", "bound_s")
+
+_ACTIVE: dict[tuple, Calibration] = {}
+
+
+class TooFewPoints(ValueError):
+    """A fit that has fewer measured points than it needs (the message says how many)."""
+
+
+@dataclass
+class Calibration:
+    s_per_byte: float
+    s_per_flop: float
+    step_overhead_s: float
+    layer_overhead_s: float | None  # None: one model shape, folded into step_overhead_s
+    models: list[str]
+    device: str = ""
+    dtype: str = ""
+    threads: int | None = None
+    rule: str = CALIBRATION_RULE
+    n_train: int = 0
+    n_heldout: int = 0
+    train_err_pct: float | None = None  # median |error| on the points it was fitted to
+    heldout_err_before_pct: float | None = None  # the roofline bound's, on the held-out points
+    heldout_err_after_pct: float | None = None  # the calibrated formula's, same points
+    per_model: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def effective_gbps(self) -> float | None:
+        return 1 / self.s_per_byte / 1e9 if self.s_per_byte > 0 else None
+
+    @property
+    def effective_gflops(self) -> float | None:
+        return 1 / self.s_per_flop / 1e9 if self.s_per_flop > 0 else None
+
+    def predict(self, *, bytes: float, flops: float, layers: int) -> float:
+        """Predicted latency (s) of a pass moving `bytes` (bound bytes) and doing `flops`."""
+        per_layer = self.layer_overhead_s or 0.0
+        return (
+            self.s_per_byte * bytes + self.s_per_flop * flops + self.step_overhead_s
+        ) + layers * per_layer
+
+    def predict_point(self, point: dict) -> float:
+        return self.predict(bytes=point["bytes"], flops=point["flops"], layers=point["layers"])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["effective_gbps"] = self.effective_gbps
+        d["effective_gflops"] = self.effective_gflops
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def save(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+
+    @classmethod
+    def load(cls, path) -> Calibration:
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def summary(self) -> str:
+        layer = (
+            f"{self.layer_overhead_s * 1e6:.0f} us/layer"
+            if self.layer_overhead_s is not None
+            else "per-layer overhead not fitted (one model shape)"
+        )
+        gbps = f"{self.effective_gbps:.1f} GB/s" if self.effective_gbps else "bandwidth term 0"
+        gflops = f"{self.effective_gflops:.1f} GFLOP/s" if self.effective_gflops else "FLOP term 0"
+        return (
+            f"effective {gbps}, {gflops}, {self.step_overhead_s * 1e3:.2f} ms/step, {layer}; "
+            f"held-out median |error| {_pct(self.heldout_err_before_pct)} before (roofline bound) "
+            f"-> {_pct(self.heldout_err_after_pct)} after, on {self.n_heldout} held-out steps"
+        )
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}%"
+
+
+def needed_points(layer_shapes: int) -> int:
+    """How many measured points a fit needs: one per fitted parameter (the per-layer overhead only
+    with two or more model shapes)."""
+    return 4 if layer_shapes >= 2 else 3
+
+
+def _check_points(points: list[dict]) -> None:
+    for p in points:
+        missing = [k for k in POINT_KEYS if k not in p]
+        if missing:
+            raise ValueError(f"a calibration point lacks {', '.join(missing)}: {p}")
+        if not p["latency_s"] > 0:
+            raise ValueError(f"a calibration point has no measured latency: {p}")
+
+
+def _nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with x >= 0 (a small active-set loop: few columns)."""
+    active = list(range(A.shape[1]))
+    x = np.zeros(A.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(A[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            x[:] = 0
+            x[active] = sol
+            return x
+        active.pop(int(np.argmin(sol)))  # drop the most negative term and refit
+    return x
+
+
+def _errors(values: list[float], truth: list[float]) -> list[float]:
+    return [abs(v - t) / t * 100.0 for v, t in zip(values, truth, strict=True)]
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def fit(
+    train: list[dict],
+    heldout: list[dict] | None = None,
+    *,
+    device: str = "",
+    dtype: str = "",
+    threads: int | None = None,
+) -> Calibration:
+    """Fit CALIBRATION_RULE to the `train` points and report the errors on `heldout` (both lists of
+    point dicts, POINT_KEYS). Raises TooFewPoints naming how many points it needs."""
+    train, heldout = list(train), list(heldout or [])
+    _check_points(train + heldout)
+    device = device or str(train[0].get("device", "")) if train else device
+    dtype = dtype or str(train[0].get("dtype", "")) if train else dtype
+    shapes = sorted({p["layers"] for p in train})
+    need = needed_points(len(shapes))
+    if len(train) < need:
+        raise TooFewPoints(
+            f"calibration needs at least {need} measured steps to fit "
+            f"{'4 parameters' if need == 4 else '3 parameters (one model shape)'}, got {len(train)}"
+            "; measure more batch sizes or context lengths (explorer sweep regime-map)"
+        )
+    cols = [[p["bytes"], p["flops"], 1.0] for p in train]
+    if len(shapes) >= 2:
+        cols = [c + [float(p["layers"])] for c, p in zip(cols, train, strict=True)]
+    A = np.array(cols, dtype=float)
+    t = np.array([p["latency_s"] for p in train], dtype=float)
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    x = _nnls((A / scale) / t[:, None], np.ones_like(t)) / scale  # minimise relative error
+    notes = []
+    if len(shapes) < 2:
+        notes.append(
+            "one model shape: the per-layer overhead is folded into the per-step overhead; fit two "
+            "model shapes to separate them"
+        )
+    for name, value in zip(PARAMS, x, strict=False):
+        if value == 0:
+            notes.append(f"{name} fitted as 0 (that term explains none of these steps)")
+    cal = Calibration(
+        s_per_byte=float(x[0]),
+        s_per_flop=float(x[1]),
+        step_overhead_s=float(x[2]),
+        layer_overhead_s=float(x[3]) if len(shapes) >= 2 else None,
+        models=sorted({p["model"] for p in train}),
+        device=device,
+        dtype=dtype,
+        threads=threads,
+        n_train=len(train),
+        n_heldout=len(heldout),
+        notes=notes,
+    )
+    cal.train_err_pct = _median(
+        _errors([cal.predict_point(p) for p in train], [p["latency_s"] for p in train])
+    )
+    _score(cal, heldout)
+    return cal
+
+
+def _score(cal: Calibration, heldout: list[dict]) -> None:
+    """Fill the held-out errors (all points, and per model) before and after."""
+
+    def errors(points):
+        truth = [p["latency_s"] for p in points]
+        before = _errors([p["bound_s"] for p in points], truth)
+        after = _errors([cal.predict_point(p) for p in points], truth)
+        return before, after
+
+    before, after = errors(heldout)
+    cal.heldout_err_before_pct, cal.heldout_err_after_pct = _median(before), _median(after)
+    for model in sorted({p["model"] for p in heldout}):
+        mine = [p for p in heldout if p["model"] == model]
+        b, a = errors(mine)
+        cal.per_model[model] = {
+            "n_heldout": len(mine),
+            "heldout_err_before_pct": _median(b),
+            "heldout_err_after_pct": _median(a),
+            "points": [
+                {
+                    "batch": p["batch"],
+                    "context_len": p["context_len"],
+                    "latency_s": p["latency_s"],
+                    "bound_s": p["bound_s"],
+                    "predicted_s": cal.predict_point(p),
+                }
+                for p in mine
+            ],
+        }
+
+
+def split_points(points: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The default train / held-out split of a grid of points, per model: train on the smallest
+    context at every batch size plus batch 1 at the largest context; hold out every other cell
+    (so the held-out steps have other context lengths and batch sizes than most of the fit)."""
+    train, heldout = [], []
+    for model in sorted({p["model"] for p in points}):
+        mine = [p for p in points if p["model"] == model]
+        contexts = sorted({p["context_len"] for p in mine})
+        batches = sorted({p["batch"] for p in mine})
+        for p in mine:
+            pick = p["context_len"] == contexts[0] or (
+                p["batch"] == batches[0] and p["context_len"] == contexts[-1]
+            )
+            (train if pick else heldout).append(p)
+    return train, heldout
+
+
+# --- the calibration predictions use -------------------------------------------------------------
+
+
+def use(cal: Calibration | dict | None, model: str | None = None) -> None:
+    """Make `cal` the calibration that predictions in this process use for its models (or for
+    `model`); None forgets them."""
+    if cal is None:
+        for key in [k for k in _ACTIVE if model is None or k[0] == model]:
+            del _ACTIVE[key]
+        return
+    if isinstance(cal, dict):
+        cal = Calibration.from_dict(cal)
+    for name in [model] if model else cal.models:
+        _ACTIVE[(name, cal.device, cal.dtype)] = cal
+
+
+def active(model: str, device: str, dtype: str) -> Calibration | None:
+    """The calibration in use for this model on this device and dtype, if any."""
+    return _ACTIVE.get((model, str(device), str(dtype)))

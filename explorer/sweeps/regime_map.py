@@ -1,0 +1,240 @@
+"""The regime map: decode step latency over a grid of batch size x context length, each cell
+classified memory / compute / overhead, with the predicted boundaries between them.
+
+Two boundaries are predicted by the cost model (attrs):
+- kv_equals_weights_tokens: batch x context at which the K/V read per step equals the weight bytes
+  (weight bytes / KV bytes per token); beyond it the cache, not the model, is what moves;
+- critical_batch_by_context: the batch at which decode turns compute-bound at each context (the
+  roofline's knee, explorer.costs.decode_knee; None where KV traffic keeps it memory-bound).
+The overhead boundary is the measured overhead floor (attrs["overhead_floor_s"], a skeleton of the
+same model, explorer.costs.overhead): cells whose bound is below it are overhead-bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections.abc import Iterable
+
+import pandas as pd
+import torch
+
+from explorer import costs
+from explorer.costs.calibrate import Calibration, active
+from explorer.costs.overhead import overhead_floor
+from explorer.engine.passes import copy_cache, crop_cache
+from explorer.model.loader import LoadedModel
+from explorer.sweeps import REPEATS, Param, Sweep, register
+from explorer.sweeps._common import (
+    Bar,
+    Progress,
+    StopSweep,
+    attrs,
+    check_count,
+    derived,
+    frame,
+    measure_points,
+    modelled,
+    peaks_for,
+    prefill_cache,
+    sizes,
+    time_decode,
+    token_ids,
+)
+from explorer.sweeps.batch_size import wont_fit
+
+COLUMNS = [
+    "batch",
+    "context_len",
+    "latency_s_measured",
+    "tokens_per_s_total_measured",
+    "tokens_per_s_per_user_measured",
+    "flops_modelled",
+    "bytes_modelled",
+    "kv_bytes_modelled",
+    "kv_over_weights_modelled",
+    "bound_s_modelled",
+    "bound_modelled",
+    "bound_err_pct_derived",
+    "latency_s_calibrated",
+    "calibrated_err_pct_derived",
+    "overhead_s_derived",
+    "mbu_derived",
+    "mfu_derived",
+    "regime_derived",
+]
+
+
+def run(
+    lm: LoadedModel,
+    *,
+    batches: Iterable[int] = (1, 4, 16, 64),
+    contexts: Iterable[int] = (64, 256, 1024, 4096),
+    repeats: int = 3,
+    peaks=None,
+    calibration: Calibration | dict | None = None,
+    memory_limit_bytes: int | None = None,
+    progress: Progress | None = None,
+    bar: bool = True,
+    seed: int = 0,
+    stop: threading.Event | None = None,
+) -> pd.DataFrame:
+    """Decode ms/token and tokens/s at every (batch, context) cell, smallest first.
+
+    One row of max(contexts) - 1 tokens is prefilled once; each cell crops a copy of that cache
+    to context - 1 positions, repeats it B times and times decode passes of B tokens. Contexts
+    beyond the model's positions are dropped with a note; a cell that would not fit in memory
+    (modelled pre-check, or an out-of-memory error) ends that context's row of larger batches with
+    a note. calibration (or the one in use for this model, explorer.costs.calibrate.use) fills
+    latency_s_calibrated."""
+    batches = sizes("batches", batches)
+    contexts = sizes("contexts", contexts, low=2)
+    check_count("repeats", repeats)
+    notes: list[str] = []
+    if lm.info.max_positions:
+        beyond = [c for c in contexts if c > lm.info.max_positions]
+        contexts = [c for c in contexts if c <= lm.info.max_positions]
+        if beyond:
+            notes.append(
+                f"contexts {beyond} dropped: beyond the model's {lm.info.max_positions} positions"
+            )
+        if not contexts:
+            raise ValueError(
+                f"every context is beyond the model's {lm.info.max_positions} positions"
+            )
+    peaks = peaks_for(lm, peaks)
+    if isinstance(calibration, dict):
+        calibration = Calibration.from_dict(calibration)
+    cal = calibration or active(lm.info.name, str(lm.device), lm.info.dtype)
+    floor = overhead_floor(lm.model)
+    shape = costs.shape_of(lm.info)
+    layers = lm.info.layers
+    base = prefill_cache(lm.model, token_ids(lm.info, 1, max(contexts) - 1, lm.device, seed))
+    full = [(c, B) for c in contexts for B in batches]
+    progress_bar = Bar(len(full) * repeats, "regime map", progress, bar)
+    too_big: set[int] = set()  # contexts whose larger batches are skipped
+
+    def point(cell):
+        ctx, B = cell
+        if ctx in too_big:
+            return []
+        reason = wont_fit(lm, B, ctx, memory_limit_bytes)
+        if reason:
+            too_big.add(ctx)
+            notes.append(f"context {ctx}: batches from {B} skipped: {reason}")
+            return []
+        cache = crop_cache(copy_cache(base), ctx - 1)
+        with torch.inference_mode():
+            cache.batch_repeat_interleave(B)
+        feed = token_ids(lm.info, B, 1, lm.device, seed + 1)
+        samples = time_decode(
+            lm.model,
+            cache,
+            feed,
+            repeats=repeats,
+            warmup=1,
+            device=lm.device,
+            tick=progress_bar.update,
+        )
+        del cache
+        latency = statistics.median(samples)
+        model = modelled(lm.info, peaks, batch=B, tokens_fed=1, context_len=ctx)
+        kv = float(shape.kv_bytes_per_token * B * (ctx - 1))
+        predicted = (
+            cal.predict(bytes=model["bytes_modelled"], flops=model["flops_modelled"], layers=layers)
+            if cal is not None
+            else None
+        )
+        row = {
+            "batch": B,
+            "context_len": ctx,
+            "latency_s_measured": latency,
+            "tokens_per_s_total_measured": B / latency,
+            "tokens_per_s_per_user_measured": 1 / latency,
+            **model,
+            "kv_bytes_modelled": kv,
+            "kv_over_weights_modelled": kv / lm.info.weight_bytes,
+            "bound_err_pct_derived": (model["bound_s_modelled"] - latency) / latency * 100,
+            "latency_s_calibrated": predicted,
+            "calibrated_err_pct_derived": (
+                (predicted - latency) / latency * 100 if predicted is not None else None
+            ),
+        }
+        derived(row, peaks, floor["floor_s"])
+        return row
+
+    def label(cell) -> str:
+        return f"B={cell[1]}, context {cell[0]}"
+
+    try:
+        rows = measure_points(full, point, notes, label=label, stop=stop)
+    except StopSweep:  # pragma: no cover - point() never raises it
+        rows = []
+    finally:
+        progress_bar.close()
+    critical = {ctx: costs.decode_knee(lm.info, context_len=ctx, peaks=peaks) for ctx in contexts}
+    return frame(
+        rows,
+        COLUMNS,
+        attrs(
+            "regime-map",
+            lm,
+            peaks,
+            repeats,
+            1,
+            notes,
+            COLUMNS,
+            layers=layers,
+            weight_bytes=lm.info.weight_bytes,
+            kv_bytes_per_token=shape.kv_bytes_per_token,
+            kv_equals_weights_tokens=lm.info.weight_bytes / shape.kv_bytes_per_token,
+            critical_batch_by_context=critical,
+            overhead_floor_s=floor["floor_s"],
+            overhead_floor=floor,
+            calibration=cal.to_dict() if cal is not None else None,
+            regime_rule=costs.split.REGIME_RULE,
+        ),
+    )
+
+
+def points(df: pd.DataFrame) -> list[dict]:
+    """The frame's cells as calibration points (explorer.costs.calibrate)."""
+    return [
+        {
+            "model": df.attrs["model"],
+            "device": df.attrs["device"],
+            "dtype": df.attrs["dtype"],
+            "layers": df.attrs["layers"],
+            "batch": int(r.batch),
+            "context_len": int(r.context_len),
+            "latency_s": float(r.latency_s_measured),
+            "bytes": float(r.bytes_modelled),
+            "flops": float(r.flops_modelled),
+            "bound_s": float(r.bound_s_modelled),
+        }
+        for r in df.itertuples()
+    ]
+
+
+SWEEP = register(
+    Sweep(
+        name="regime-map",
+        title="Regime map",
+        run=run,
+        columns=COLUMNS,
+        order=35,
+        help="decode passes over a batch x context grid, each cell's regime and MBU",
+        params=(
+            Param("batches", "ints", "batch sizes", "1, 4, 16, 64", "batch sizes, e.g. 1,4,16"),
+            Param(
+                "contexts",
+                "ints",
+                "context lengths",
+                "64, 256, 1024, 4096",
+                "context lengths, e.g. 64,256,1024 (beyond the model's positions: dropped)",
+                low=2,
+            ),
+            REPEATS,
+        ),
+    )
+)

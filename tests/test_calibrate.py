@@ -1,0 +1,130 @@
+"""Calibration (explorer.costs.calibrate), the regime map it is measured on, and the trust table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from explorer import sweeps
+from explorer.costs import calibrate
+from explorer.costs.trust import trust
+from explorer.engine.session import Session
+from explorer.engine.sampling import Sampling
+from explorer.sweeps.regime_map import points
+
+
+def _synthetic(model, layers, a, b, c, d, cells):
+    return [
+        {
+            "model": model,
+            "layers": layers,
+            "batch": B,
+            "context_len": L,
+            "bytes": 1e6 * B + 1e4 * B * L,
+            "flops": 1e7 * B,
+            "latency_s": a * (1e6 * B + 1e4 * B * L) + b * 1e7 * B + c + d * layers,
+            "bound_s": 1e-9 * (1e6 * B + 1e4 * B * L),
+        }
+        for B, L in cells
+    ]
+
+
+def test_fit_recovers_known_parameters_and_scores_held_out_points():
+    cells = [(B, L) for B in (1, 4, 16) for L in (64, 256, 512)]
+    pts = _synthetic("a", 4, 2e-10, 5e-11, 1e-3, 2e-4, cells) + _synthetic(
+        "b", 24, 2e-10, 5e-11, 1e-3, 2e-4, cells
+    )
+    train, heldout = calibrate.split_points(pts)
+    assert len(train) == 8 and len(heldout) == 10  # per model: 3 at the smallest context + 1
+    assert {p["context_len"] for p in heldout} == {256, 512}
+    cal = calibrate.fit(train, heldout)
+    assert cal.s_per_byte == pytest.approx(2e-10, rel=1e-6)
+    assert cal.s_per_flop == pytest.approx(5e-11, rel=1e-6)
+    assert cal.step_overhead_s == pytest.approx(1e-3, rel=1e-6)
+    assert cal.layer_overhead_s == pytest.approx(2e-4, rel=1e-6)
+    assert cal.heldout_err_after_pct == pytest.approx(0, abs=1e-6)
+    assert cal.heldout_err_before_pct > 50  # the bound is a floor, far below these latencies
+    assert set(cal.per_model) == {"a", "b"}
+    again = calibrate.Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again.predict_point(pts[5]) == pytest.approx(pts[5]["latency_s"])
+
+
+def test_too_few_points_says_how_many_it_needs():
+    pts = _synthetic("a", 4, 1e-10, 0, 1e-3, 0, [(1, 64), (2, 64)])
+    with pytest.raises(calibrate.TooFewPoints, match="at least 3 measured steps"):
+        calibrate.fit(pts)
+    two = pts + _synthetic("b", 8, 1e-10, 0, 1e-3, 0, [(1, 64)])
+    with pytest.raises(calibrate.TooFewPoints, match="at least 4 measured steps"):
+        calibrate.fit(two)
+    with pytest.raises(ValueError, match="lacks"):
+        calibrate.fit([{"model": "a"}] * 5)
+
+
+def test_regime_map_measures_a_grid_and_calibrates_the_bundled_model(target):
+    df = sweeps.run(
+        "regime-map", target, batches=[1, 4], contexts=[32, 64, 9999], repeats=2, bar=False
+    )
+    assert len(df) == 4 and set(df.batch) == {1, 4}
+    assert any("9999" in n for n in df.attrs["notes"])  # beyond 512 positions: dropped, said
+    assert (df.latency_s_measured > 0).all()
+    assert set(df.regime_derived) <= {"memory", "compute", "overhead"}
+    assert df.attrs["overhead_floor_s"] > 0 and df.attrs["kv_equals_weights_tokens"] > 0
+    assert (df.kv_over_weights_modelled > 0).all()
+    pts = points(df)
+    cal = calibrate.fit(pts[:3], pts[3:])
+    assert cal.heldout_err_after_pct is not None and cal.n_heldout == 1
+    calibrate.use(cal)
+    try:
+        again = sweeps.run("regime-map", target, batches=[2], contexts=[48], repeats=1, bar=False)
+        assert again.latency_s_calibrated.notna().all()
+        assert again.attrs["calibration"]["models"] == ["bundled:target"]
+        s = Session(target, "The return", Sampling(greedy=True), max_new_tokens=3)
+        s.run()
+        assert s.trace.calibration is not None  # saved with the trace
+        table = trust(s.trace)
+    finally:
+        calibrate.use(None)
+    kinds = {r["prediction"] for r in table}
+    assert kinds == {"step latency = roofline bound", "step latency, calibrated"}
+    bound = [r for r in table if r["prediction"] == "step latency = roofline bound"]
+    assert all(r["err_pct"] < 0 for r in bound)  # a floor: always below the measured latency
+    assert sum(r["n"] for r in bound) == len(s.trace.steps)
+
+
+def test_trust_of_speculative_rows_and_a_batch_knee():
+    import pandas as pd
+
+    df = pd.DataFrame({"batch": [1]})
+    df.attrs.update(knee_batch_modelled=40, knee_batch_measured=32, context_len=128)
+    rows = trust(None, speculative=[{"k": 2, "predicted": 1.5, "measured": 1.2}], batch=df)
+    spec, knee = rows
+    assert spec["err_pct"] == pytest.approx(25.0) and spec["group"] == "k=2"
+    assert knee["err_pct"] == pytest.approx(25.0) and knee["unit"] == "batch"
+
+
+def test_cli_bench_calibrate_json(tmp_path, capsys):
+    from explorer.cli import main
+
+    out = tmp_path / "cal.json"
+    args = ["bench", "calibrate", "--model", "bundled:target", "--batches", "1,2"]
+    assert main([*args, "--contexts", "32,64", "--repeats", "1", "--json", "--out", str(out)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["heldout_err_before_pct"] is not None and d["heldout_err_after_pct"] is not None
+    assert calibrate.Calibration.load(out).models == ["bundled:target"]
+    assert (
+        main(
+            [
+                "bench",
+                "calibrate",
+                "--model",
+                "bundled:target",
+                "--contexts",
+                "32,64",
+                "--batches",
+                "1",
+            ]
+        )
+        == 2
+    )
+    assert "at least 3 measured steps" in capsys.readouterr().err
