@@ -9,8 +9,8 @@ import pytest
 from explorer import sweeps
 from explorer.costs import calibrate
 from explorer.costs.trust import trust
-from explorer.engine.session import Session
 from explorer.engine.sampling import Sampling
+from explorer.engine.session import Session
 from explorer.sweeps.regime_map import points
 
 
