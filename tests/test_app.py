@@ -904,3 +904,125 @@ def test_serving_tab_stop_keeps_what_finished(dash):
     res = dash.tab("serving").results[-1]
     assert res.meta["status"] == "partial" and 1 <= res.result["completed"] < 40
     assert "partial" in message(dash) and dash.guard.busy is None
+
+
+# --- why this time? and inside -------------------------------------------------------------------------------------
+
+
+def show_tab(d: Dashboard, name: str) -> None:
+    d.parts["tabs"].selected_index = [t.name for t in d.tab_list].index(name)
+
+
+def test_why_tab_splits_the_selected_step_profiles_it_and_calibrates(tiny):
+    d = Dashboard(
+        lm=tiny, prompt="abc", max_new_tokens=None
+    )  # peaks measured: the split needs them
+    for _ in range(3):
+        d.parts["step"].click()
+    show_tab(d, "why")
+    split = d.parts["why-split"]
+    last = d.session.steps[-1]
+    assert sum(t.x[0] for t in split.data) == pytest.approx(last.latency_s * 1e3, rel=1e-9)
+    assert (
+        f"step {last.index} (decode)" in split.layout.title.text
+        and "MBU" in split.layout.title.text
+    )
+    d.select(0)  # the prefill
+    assert sum(t.x[0] for t in d.parts["why-split"].data) == pytest.approx(
+        d.session.steps[0].latency_s * 1e3, rel=1e-9
+    )
+    assert "step 0 (prefill)" in d.parts["why-split"].layout.title.text
+    d.parts["why-profile-run"].click()
+    prof = d.tab("why").profile
+    assert prof["step"] == 0 and prof["coverage"] >= 0.9
+    bars = trace_of(d.parts["why-profile"], "time (measured)")
+    assert len(bars.y) >= 3 and "framework/python" in bars.y
+    assert "framework/Python" in d.parts["why-profile-text"].value
+    assert len(d.parts["why-trust"].data[0].cells.values[0]) >= 1  # the bound vs measured rows
+    d.parts["why-calibrate"].click()
+    assert d.parts["step"].disabled and d.parts["why-profile-run"].disabled
+    d.wait(180)
+    assert d.guard.busy is None and not d.parts["why-calibrate"].disabled
+    cal = d.tab("why").calibration
+    assert cal is not None and cal.models == ["tiny"] and cal.n_heldout >= 1
+    assert d.session.trace.calibration == cal.to_dict()
+    assert (
+        "held-out" in message(d)
+        and "Calibration in use for tiny" in d.parts["why-calibration-text"].value
+    )
+    predictions = d.parts["why-trust"].data[0].cells.values[0]
+    assert any("calibrated" in p for p in predictions), predictions
+    assert d.guard.errors == [], d.guard.errors
+    from explorer.costs import calibrate
+
+    calibrate.use(None)
+
+
+def test_why_tab_without_peaks_says_so_and_profile_errors_keep_the_tab(dash, monkeypatch):
+    dash.parts["step"].click()
+    show_tab(dash, "why")
+    assert "no split" in dash.parts["why-split"].layout.title.text
+    from explorer.inside.hooks import InsideUnavailable
+
+    def unavailable(*a, **k):
+        raise InsideUnavailable("profile unavailable: this model's layers are not where expected")
+
+    monkeypatch.setattr(dash.session, "profile_step", unavailable)
+    dash.parts["why-profile-run"].click()
+    assert "not where expected" in message(dash)
+    monkeypatch.undo()
+    dash.parts["why-profile-run"].click()
+    assert dash.tab("why").profile["step"] == 0 and "Profiled step 0" in message(dash)
+
+
+def test_inside_tab_lens_attention_and_head_picker(dash, monkeypatch):
+    for _ in range(3):
+        dash.parts["step"].click()
+    show_tab(dash, "inside")
+    dash.parts["inside-lens-run"].click()
+    lens = dash.tab("inside").lens
+    heat = dash.parts["inside-lens"].data[0]
+    assert len(lens) == 2 and list(heat.y) == [0, 1]
+    assert heat.z[1][0] == pytest.approx(lens[1]["top"][0]["prob"])
+    assert "chosen token" in dash.parts["inside-text"].value
+    dash.parts["inside-attention-run"].click()
+    att = dash.tab("inside").att
+    assert att["heads"] == 4 and att["layers"] == 2
+    assert len(att["positions"]) == dash.session.steps[-1].context_len
+    z = dash.parts["inside-attention"].data[0].z
+    assert [sum(row) for row in z] == pytest.approx(
+        [1.0, 1.0], abs=1e-4
+    )  # mean of rows that sum to 1
+    assert ("head 3", 3) in dash.parts["inside-head"].options
+    dash.parts["inside-head"].value = 3
+    assert list(dash.parts["inside-attention"].data[0].z[0]) == pytest.approx(att["weights"][0][3])
+    assert "head 3" in dash.parts["inside-attention"].layout.title.text
+    from explorer.inside.hooks import InsideUnavailable
+
+    def unavailable(*a, **k):
+        raise InsideUnavailable("logit lens unavailable: no final norm found")
+
+    monkeypatch.setattr(dash.session, "logit_lens", unavailable)
+    dash.parts["inside-lens-run"].click()
+    assert "no final norm" in message(dash)
+    assert dash.parts["inside-lens"].data[0].z[1][0] == pytest.approx(lens[1]["top"][0]["prob"])
+    dash.parts["step"].click()
+    assert len(dash.session.steps) == 4 and dash.guard.busy is None
+
+
+def test_regime_map_sweep_takes_both_grids(dash):
+    dash.parts["sweep-repeats"].value = 1
+    dash.parts["sweep-regime-map-sizes"].value = "1, 2"
+    dash.parts["sweep-regime-map-contexts"].value = "8, 16"
+    dash.sweeps.start("regime-map")
+    assert dash.parts["sweep-regime-map-contexts"].disabled
+    dash.wait(120)
+    df = dash.sweeps.frames["regime-map"]
+    assert sorted(zip(df.batch, df.context_len)) == [(1, 8), (1, 16), (2, 8), (2, 16)]
+    cells = sum(
+        len(trace_of(dash.parts["sweep-regime-map"], f"{r}-bound (measured)").x)
+        for r in ("memory", "compute", "overhead")
+    )
+    assert cells == 4 and not dash.parts["sweep-regime-map-contexts"].disabled
+    dash.parts["sweep-regime-map-contexts"].value = "eight"
+    assert not dash.sweeps.start("regime-map") and "context lengths must be whole" in message(dash)

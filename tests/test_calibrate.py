@@ -71,6 +71,20 @@ def test_regime_map_measures_a_grid_and_calibrates_the_bundled_model(target):
     assert set(df.regime_derived) <= {"memory", "compute", "overhead"}
     assert df.attrs["overhead_floor_s"] > 0 and df.attrs["kv_equals_weights_tokens"] > 0
     assert (df.kv_over_weights_modelled > 0).all()
+    from explorer import plots
+
+    fig = plots.sweep("regime-map", df)
+    cells = {
+        r: len(next(t for t in fig.data if t.name == f"{r}-bound (measured)").x)
+        for r in ("memory", "compute", "overhead")
+    }
+    assert cells == {r: int((df.regime_derived == r).sum()) for r in cells}
+    kv = next(t for t in fig.data if t.name == "KV bytes = weight bytes (modelled)")
+    eq = df.attrs["kv_equals_weights_tokens"]
+    assert [y for y in kv.y if y == y] == pytest.approx(
+        [eq / 31, eq / 63][: sum(y == y for y in kv.y)]
+    )
+    assert "overhead floor" in fig.layout.title.text
     pts = points(df)
     cal = calibrate.fit(pts[:3], pts[3:])
     assert cal.heldout_err_after_pct is not None and cal.n_heldout == 1

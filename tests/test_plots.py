@@ -260,8 +260,8 @@ def test_roofline_points_and_ceilings():
     assert np.allclose(y, np.minimum(1e11, x * 10e9))
     chip = next(t for t in fig.data if t.name.startswith("Chip A"))
     assert "modelled" in chip.name and chip.visible == "legendonly"
-    plots.set_ceilings(fig, None)  # peaks unknown: only the points stay
-    assert [t.name for t in fig.data] == ["prefill", "decode"]
+    plots.set_ceilings(fig, None)  # peaks unknown: only the points (and the overhead marks) stay
+    assert [t.name for t in fig.data] == ["prefill", "decode", plots.OVERHEAD_CEILING]
 
 
 def test_roofline_skips_steps_without_costs():
@@ -403,3 +403,98 @@ def test_sweep_columns_from_experiment_tables():
     ) in sweeps.names():  # every measured trace has a modelled partner, told apart by its name
         names = [t.name for t in plots.sweep_figure(kind).data]
         assert any("measured" in n for n in names) and any("modelled" in n for n in names)
+
+
+# --- why this time? and inside ------------------------------------------------------------------------
+
+
+def split_step(i: int = 3):
+    from explorer.costs.hardware import Peaks
+    from explorer.costs.split import split_step as split_of
+
+    s = make_step(i)
+    s.overhead_floor_s = 0.002
+    for k, v in split_of(s, Peaks(**PEAKS)).items():
+        if hasattr(s, k):
+            setattr(s, k, v)
+    return s
+
+
+def test_split_bar_adds_up_to_the_measured_latency():
+    s = split_step()
+    stack = plots.split_stack(s)
+    assert sum(stack.values()) == pytest.approx(s.latency_s, rel=1e-12)
+    assert list(stack)[-1] == "overhead" and stack["overhead"] == pytest.approx(s.overhead_s)
+    fig = plots.split_figure(s)
+    assert sum(t.x[0] for t in fig.data) == pytest.approx(s.latency_s * 1e3)
+    assert (
+        f"MBU {s.mbu:.2f}" in fig.layout.title.text and f"{s.regime}-bound" in fig.layout.title.text
+    )
+    bare = make_step(2)  # no peaks: no split, said in the title, no bars
+    assert (
+        plots.split_stack(bare) is None and "no split" in plots.split_figure(bare).layout.title.text
+    )
+
+
+def test_roofline_overhead_ceiling_and_split_hover():
+    steps = [split_step(i) for i in range(3)]
+    cols = plots.roofline_columns(steps)
+    ceiling = cols[plots.OVERHEAD_CEILING]
+    assert ceiling["y"][1] == pytest.approx(steps[1].flops / 0.002)
+    assert "overhead floor 2 ms" in ceiling["hovertext"][1]
+    assert "MBU" in cols["decode"]["hovertext"][0] and "-bound" in cols["decode"]["hovertext"][0]
+    assert plots.OVERHEAD_CEILING not in plots.roofline_columns([make_step(1)])  # no floor measured
+
+
+def test_profile_and_trust_figures():
+    profile = {
+        "step": 3, "phase": "decode", "device": "cpu", "dtype": "float32", "repeats": 3,
+        "wall_s": 0.004, "python_share": 0.4, "coverage": 0.98,
+        "parts": [
+            {"part": "mlp", "time_s": 0.001, "share": 0.25, "floor_s": 0.0002},
+            {"part": "framework/python", "time_s": 0.0016, "share": 0.4, "floor_s": None},
+            {"part": "sampling", "time_s": 0.0, "share": 0.0, "floor_s": None},
+        ],
+    }  # fmt: skip
+    fig = plots.profile_figure(profile)
+    bars = by_name(fig, "time (measured)")
+    assert list(bars.y) == ["mlp", "framework/python"] and bars.x[1] == pytest.approx(1.6)
+    assert (
+        "40% framework/Python" in fig.layout.title.text
+        and "98% attributed" in fig.layout.title.text
+    )
+    rows = [{"prediction": "step latency = roofline bound", "group": "decode / overhead", "n": 5,
+             "predicted": 0.001, "measured": 0.004, "err_pct": -75.0, "abs_err_pct": 75.0,
+             "unit": "s", "basis": "modelled"}]  # fmt: skip
+    table = plots.trust_figure(rows).data[0]
+    assert list(table.cells.values[3]) == ["1 ms"] and list(table.cells.values[5]) == ["-75%"]
+    assert "no predictions" in plots.trust_figure([]).layout.title.text
+
+
+def test_lens_and_attention_figures():
+    lens = [
+        {"layer": i, "top": [{"id": 1, "text": " a", "prob": 0.2 * (i + 1)}, {"id": 2, "text": "b", "prob": 0.1}],
+         "prob_chosen": 0.2 * (i + 1), "rank_chosen": 0, "entropy": 2.0 - i, "kl_to_final": 1.0 - 0.5 * i}
+        for i in range(3)
+    ]  # fmt: skip
+    fig = plots.lens_figure(lens)
+    heat = fig.data[0]
+    assert (
+        list(heat.y) == [0, 1, 2] and heat.z[2][0] == pytest.approx(0.6) and heat.text[0][0] == "·a"
+    )
+    assert list(by_name(fig, "prob of the chosen token").x) == pytest.approx([0.2, 0.4, 0.6])
+    att = {
+        "layers": 2, "heads": 2, "positions": [0, 1, 2], "tokens": ["a", "b", "c"],
+        "weights": [[[0.5, 0.25, 0.25], [0.9, 0.05, 0.05]], [[0.2, 0.3, 0.5], [0.6, 0.2, 0.2]]],
+        "mean": [[0.7, 0.15, 0.15], [0.4, 0.25, 0.35]], "max": [[0.9, 0.25, 0.25], [0.6, 0.3, 0.5]],
+        "sink": [0.7, 0.4],
+    }  # fmt: skip
+    assert plots.attention_rows(att, 1) == [[0.9, 0.05, 0.05], [0.6, 0.2, 0.2]]
+    assert plots.attention_rows(att, "max") == att["max"]
+    with pytest.raises(ValueError, match="heads 0..1"):
+        plots.attention_rows(att, 2)
+    fig = plots.attention_figure(att, "mean")
+    assert (
+        "55% on the first token" in fig.layout.title.text
+        and "mean over heads" in fig.layout.title.text
+    )

@@ -400,6 +400,8 @@ class Dashboard:
             )
         self.selected = None if index is None or index == len(steps) - 1 else index
         self._show_distribution()
+        for t in self.tab_list:
+            t.step_selected(self.selected)
 
     def set_color_by(self, color_by: str) -> None:
         fresh = plots.strip_figure(color_by)  # only its coloraxis and title are used

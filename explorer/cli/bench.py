@@ -227,24 +227,17 @@ def calibrate_models(models, *, batches, contexts, repeats, device="auto", dtype
     """Measure the regime-map grid of each model, fit one calibration to the default train split of
     all of them (explorer.costs.calibrate.split_points) and score it on the held-out cells."""
     from explorer import sweeps
-    from explorer.costs import calibrate
     from explorer.model.loader import load
-    from explorer.sweeps.regime_map import points
+    from explorer.sweeps.regime_map import calibration_from
 
-    pts, frames = [], {}
+    frames = {}
     for name in models:
         lm = load(name, device=device, dtype=dtype)
-        df = sweeps.run(
+        frames[name] = sweeps.run(
             "regime-map", lm, batches=batches, contexts=contexts, repeats=repeats, bar=False
         )
-        frames[name], pts = df, pts + points(df)
         del lm
-    first = next(iter(frames.values())).attrs
-    train, heldout = calibrate.split_points(pts)
-    cal = calibrate.fit(
-        train, heldout, device=first["device"], dtype=first["dtype"], threads=first["threads"]
-    )
-    return cal, frames
+    return calibration_from(frames.values()), frames
 
 
 def _cmd_bench_calibrate(args) -> int:

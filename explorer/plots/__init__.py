@@ -6,6 +6,8 @@
     roofline      intensity vs ceilings      speculative   rounds, alpha, accepted lengths, speedup
     sweeps        the registered sweeps' charts (explorer.sweeps)
     serving       many requests: Gantt, ITL timeline, latency CDFs, engine state, Pareto
+    why           one step's split (floors + overhead), the profiler breakdown, the trust table
+    inside        logit lens and the newest token's attention
 
 Every name is also reachable as `explorer.plots.<name>` (e.g. plots.strip_figure).
 """
@@ -13,6 +15,7 @@ Every name is also reachable as `explorer.plots.<name>` (e.g. plots.strip_figure
 from explorer.plots import (
     common,
     distribution,
+    inside,
     latency,
     roofline,
     serving,
@@ -20,9 +23,12 @@ from explorer.plots import (
     strip,
     sweeps,
     traffic,
+    why,
 )
 
-_MODULES = (common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving)
+_MODULES = (
+    common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, why, inside,
+)  # fmt: skip
 __all__: list[str] = []
 for _m in _MODULES:
     for _name, _value in vars(_m).items():
@@ -42,6 +48,9 @@ for _name in (
     "BASE_LAYOUT",
     "Columns",
     "SWEEP_PLOTS",
+    "SPLIT_COLORS",
+    "REGIME_COLORS",
+    "OVERHEAD_CEILING",
 ):
     for _m in _MODULES:
         if hasattr(_m, _name):

@@ -15,6 +15,7 @@ from explorer.plots.common import (
     Columns,
     _arr,
     _layout,
+    _objs,
     _peak,
     _peaks_label,
     _phase_of,
@@ -24,6 +25,7 @@ from explorer.plots.common import (
 # --- roofline ----------------------------------------------------------------------------------------
 
 AI_RANGE = (1e-2, 1e4)  # FLOP per byte, the x range of the ceilings
+OVERHEAD_CEILING = "overhead ceiling (step FLOPs / measured overhead floor)"
 
 
 def roofline_figure(peaks: Any = None, known_chips: Any = None, *, height: int = 420) -> go.Figure:
@@ -42,7 +44,8 @@ def roofline_figure(peaks: Any = None, known_chips: Any = None, *, height: int =
                 mode="markers",
                 customdata=[],
                 marker=dict(size=11, symbol="diamond", color=PHASE_COLORS["prefill"]),
-                hovertemplate="step %{customdata}: %{x:.2f} FLOP/B, %{y:.3s}FLOP/s<extra>prefill</extra>",
+                hovertext=[],
+                hovertemplate="%{hovertext}<extra>prefill</extra>",
             ),
             go.Scatter(
                 name="decode",
@@ -51,7 +54,17 @@ def roofline_figure(peaks: Any = None, known_chips: Any = None, *, height: int =
                 mode="markers",
                 customdata=[],
                 marker=dict(size=6, color=PHASE_COLORS["decode"], opacity=0.7),
-                hovertemplate="step %{customdata}: %{x:.2f} FLOP/B, %{y:.3s}FLOP/s<extra>decode</extra>",
+                hovertext=[],
+                hovertemplate="%{hovertext}<extra>decode</extra>",
+            ),
+            go.Scatter(
+                name="overhead ceiling (step FLOPs / measured overhead floor)",
+                x=[],
+                y=[],
+                mode="markers",
+                hovertext=[],
+                hoverinfo="text",
+                marker=dict(symbol="line-ew", size=14, line=dict(width=2, color="#937860")),
             ),
         ],
         layout=_layout(
@@ -76,7 +89,7 @@ def ceiling_line(bandwidth_gbps: float, flops: float, n: int = 60) -> tuple[np.n
 
 def set_ceilings(fig: go.Figure, peaks: Any, known_chips: Any = None) -> None:
     """Replace the ceiling traces: this machine's (measured), and each known chip's (modelled)."""
-    fig.data = tuple(t for t in fig.data if t.name in ("prefill", "decode"))
+    fig.data = tuple(t for t in fig.data if t.name in ("prefill", "decode", OVERHEAD_CEILING))
     bw, fl = _peak(peaks, "bandwidth_gbps"), _peak(peaks, "flops")
     if bw and fl:
         x, y = ceiling_line(bw, fl)
@@ -134,8 +147,48 @@ def roofline_columns(steps: Sequence[Step]) -> Columns:
                 "x": _arr(s.flops / s.total_bytes for s in mine),
                 "y": _arr(s.flops / s.latency_s for s in mine),
                 "customdata": _arr((s.index for s in mine), np.float64),
+                "hovertext": _objs(_hover(s) for s in mine),
             }
+    # The third regime: a step cannot take less than the overhead floor (a near-empty forward of
+    # the same graph, measured), so it cannot reach more than its FLOPs / floor. A point at its
+    # ceiling mark is overhead-bound whatever the memory and compute roofs allow.
+    floored = [s for s in steps if s.flops and s.bytes and s.latency_s > 0 and s.overhead_floor_s]
+    if floored:
+        cols[OVERHEAD_CEILING] = {
+            "x": _arr(s.flops / s.total_bytes for s in floored),
+            "y": _arr(s.flops / s.overhead_floor_s for s in floored),
+            "hovertext": _objs(
+                f"step {s.index}: at most {_si(s.flops / s.overhead_floor_s)}FLOP/s if it took only the "
+                f"overhead floor {s.overhead_floor_s * 1e3:.3g} ms (measured)"
+                for s in floored
+            ),
+        }
     return cols
+
+
+def _si(x: float) -> str:
+    """1.23e9 -> '1.23 G' (SI prefix, three significant digits)."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3g} {prefix}"
+    return f"{x:.3g} "
+
+
+def _hover(s: Step) -> str:
+    """A roofline point's hover: intensity, FLOP/s and the step's split."""
+    out = (
+        f"step {s.index}: {s.flops / s.total_bytes:.2f} FLOP/B, {_si(s.flops / s.latency_s)}FLOP/s"
+        f"<br>{s.latency_s * 1e3:.3g} ms measured"
+    )
+    if s.bound_s is not None:
+        out += f", bound {s.bound_s * 1e3:.3g} ms ({s.bound})"
+    if s.overhead_s is not None:
+        out += f", overhead {s.overhead_s * 1e3:.3g} ms"
+    if s.mbu is not None:
+        out += f"<br>MBU {s.mbu:.2f}, MFU {s.mfu:.3f}"
+    if s.regime:
+        out += f" · {s.regime}-bound"
+    return out
 
 
 def roofline(trace: Trace, known_chips: Any = None) -> go.Figure:

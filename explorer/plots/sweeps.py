@@ -265,3 +265,114 @@ def _dtype_sweep_figure() -> go.Figure:
     fig.update_yaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text="MB", row=1, col=2)
     return fig
+
+
+# --- regime map: batch x context -------------------------------------------------------------------
+
+REGIME_COLORS = {"memory": "#4c72b0", "compute": "#c44e52", "overhead": "#937860"}
+
+
+def _regime_columns(df) -> Columns:
+    cols: Columns = {}
+    for reg in REGIME_COLORS:
+        part = df[df["regime_derived"] == reg] if len(df) else df
+        mbu = _col(part, "mbu_derived")
+        text = _objs(f"{m:.2f}" if m == m else "" for m in mbu)
+        hover = _objs(
+            f"B={int(b)}, context {int(c)}: {lat * 1e3:.3g} ms measured, bound {bd * 1e3:.3g} ms, "
+            f"MBU {m:.2f}, {t:.0f} tok/s"
+            for b, c, lat, bd, m, t in zip(
+                _col(part, "batch"),
+                _col(part, "context_len"),
+                _col(part, "latency_s_measured"),
+                _col(part, "bound_s_modelled"),
+                mbu,
+                _col(part, "tokens_per_s_total_measured"),
+            )
+        )
+        cols[f"{reg}-bound (measured)"] = {
+            "x": _col(part, "context_len"),
+            "y": _col(part, "batch"),
+            "text": text,
+            "hovertext": hover,
+        }
+    a = getattr(df, "attrs", None) or {}
+    contexts = np.unique(_col(df, "context_len")) if len(df) else np.empty(0)
+    eq = a.get("kv_equals_weights_tokens")
+    kv_line = eq / np.maximum(contexts - 1, 1) if eq else np.full(len(contexts), np.nan)
+    top = 4 * np.nanmax(_col(df, "batch")) if len(df) else np.nan
+    kv_line[kv_line > top] = np.nan  # off the map: beyond the largest batch measured
+    cols["KV bytes = weight bytes (modelled)"] = {"x": contexts, "y": kv_line}
+    crit = {int(k): v for k, v in (a.get("critical_batch_by_context") or {}).items()}
+    cols["critical batch (modelled: roofline knee)"] = {
+        "x": contexts,
+        "y": np.array([crit.get(int(c)) or np.nan for c in contexts], dtype=float),
+    }
+    cols["tokens/s (measured)"] = {
+        "x": _col(df, "batch"),
+        "y": _col(df, "tokens_per_s_total_measured"),
+        "marker.color": np.log2(np.maximum(_col(df, "context_len"), 1)),
+        "hovertext": _objs(
+            f"B={int(b)}, context {int(c)}"
+            for b, c in zip(_col(df, "batch"), _col(df, "context_len"))
+        ),
+    }
+    return cols
+
+
+def _regime_shapes(df) -> dict[str, Any]:
+    a = getattr(df, "attrs", None) or {}
+    floor = a.get("overhead_floor_s")
+    if floor is None:
+        return {"shapes": []}
+    return {
+        "shapes": [],
+        "title.text": (
+            f"Regime map of {a.get('model', '')}: each cell's regime (MBU in the cell) · overhead floor "
+            f"{floor * 1e3:.2g} ms (measured skeleton) · boundaries modelled"
+        ),
+    }
+
+
+@sweep_plot("regime-map", _regime_columns, _regime_shapes)
+def _regime_sweep_figure() -> go.Figure:
+    fig = _two_panels(
+        ("regime by cell (text: MBU)", "total tokens/s (colour: log2 context)"),
+        "Regime map: decode over batch x context",
+    )
+    for reg, color in REGIME_COLORS.items():
+        fig.add_trace(
+            go.Scatter(
+                name=f"{reg}-bound (measured)",
+                x=[],
+                y=[],
+                mode="markers+text",
+                text=[],
+                hovertext=[],
+                hoverinfo="text",
+                textposition="middle center",
+                textfont=dict(color="white", size=10),
+                marker=dict(symbol="square", size=34, color=color),
+            ),
+            row=1,
+            col=1,
+        )
+    _add(fig, 1, "KV bytes = weight bytes (modelled)", "#dd8452", _MODELLED)
+    _add(fig, 1, "critical batch (modelled: roofline knee)", "#111", _MODELLED)
+    fig.add_trace(
+        go.Scatter(
+            name="tokens/s (measured)",
+            x=[],
+            y=[],
+            mode="markers",
+            hovertext=[],
+            marker=dict(size=9, color=[], colorscale="Viridis"),
+        ),
+        row=1,
+        col=2,
+    )
+    fig.update_xaxes(title_text="context length (tokens)", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="batch size", type="log", row=1, col=1)
+    fig.update_xaxes(title_text="batch size", type="log", row=1, col=2)
+    fig.update_yaxes(title_text="tokens/s", type="log", row=1, col=2)
+    return fig

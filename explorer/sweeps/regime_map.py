@@ -216,6 +216,20 @@ def points(df: pd.DataFrame) -> list[dict]:
     ]
 
 
+def calibration_from(frames: Iterable[pd.DataFrame]) -> Calibration:
+    """One calibration fitted to the default train split of the cells of regime-map frames (one
+    per model; explorer.costs.calibrate.split_points), scored on their held-out cells."""
+    from explorer.costs import calibrate
+
+    frames = list(frames)
+    if not frames:
+        raise ValueError("calibration needs at least one measured regime map")
+    pts = [p for df in frames for p in points(df)]
+    train, heldout = calibrate.split_points(pts)
+    a = frames[0].attrs
+    return calibrate.fit(train, heldout, device=a["device"], dtype=a["dtype"], threads=a["threads"])
+
+
 SWEEP = register(
     Sweep(
         name="regime-map",

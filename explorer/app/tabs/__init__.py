@@ -42,6 +42,9 @@ class Tab:
     def steps_reset(self, steps) -> None:
         """Redraw from all of the session's steps (rewind, branch, a new session)."""
 
+    def step_selected(self, index: int | None) -> None:
+        """The person picked step `index` to look at (None: follow the latest step)."""
+
     def peaks_known(self, hardware: dict, chips: dict) -> None:
         """The machine's measured peaks (and known chips' modelled ones) are now known."""
 

@@ -32,6 +32,7 @@ class SweepsTab(Tab):
         self._stop = threading.Event()
         self.frames: dict[str, object] = {}  # the last DataFrame of each sweep
         self.charts: dict[str, object] = {}
+        self.boxes: dict[str, dict[str, object]] = {}  # sweep -> {param name: its Text box}
         self.names = sweeps.names()
         self.repeats = cls(
             W.IntText(
@@ -65,17 +66,23 @@ class SweepsTab(Tab):
         self.parts["sweeps"] = self.widget
 
     def _page(self, sweep) -> W.Widget:
-        box = sweep.params[0]  # the sizes the person types; repeats has its own box
-        sizes = cls(
-            W.Text(
-                value=box.default or "",
-                description=box.label,
-                continuous_update=False,
-                layout=W.Layout(width="420px"),
-                style={"description_width": "110px"},
-            ),
-            f"sweep-{sweep.name}-sizes",
-        )
+        # one box per size parameter the person types (repeats has its own box, shared by all);
+        # the first is "sweep-<name>-sizes", any further one "sweep-<name>-<param>"
+        boxes = {}
+        for i, box in enumerate(p for p in sweep.params if p.name != "repeats"):
+            part = f"sweep-{sweep.name}-sizes" if i == 0 else f"sweep-{sweep.name}-{box.name}"
+            boxes[box.name] = cls(
+                W.Text(
+                    value=box.default or "",
+                    description=box.label,
+                    continuous_update=False,
+                    layout=W.Layout(width="420px"),
+                    style={"description_width": "110px"},
+                ),
+                part,
+            )
+            self.parts[part] = boxes[box.name]
+        self.boxes[sweep.name] = boxes
         run = cls(
             W.Button(description="Run", icon="play", button_style="primary", tooltip=sweep.help),
             f"sweep-{sweep.name}-run",
@@ -91,14 +98,14 @@ class SweepsTab(Tab):
         self.charts[sweep.name] = chart
         self.parts.update(
             {
-                f"sweep-{sweep.name}-sizes": sizes,
                 f"sweep-{sweep.name}-run": run,
                 f"sweep-{sweep.name}-progress": progress,
                 f"sweep-{sweep.name}-status": status,
                 f"sweep-{sweep.name}": chart,
             }
         )
-        return W.VBox([W.HBox([sizes, run, progress]), status, chart])
+        first, *rest = boxes.values()
+        return W.VBox([W.HBox([first, run, progress]), *rest, status, chart])
 
     # --- the Tab protocol ---
 
@@ -115,7 +122,10 @@ class SweepsTab(Tab):
 
     def set_busy(self, busy: bool) -> None:
         for name, widget in self.parts.items():
-            if name.endswith("-run") or name.endswith("-sizes") or name == "sweep-repeats":
+            if name.endswith("-run") or name == "sweep-repeats":
+                widget.disabled = busy
+        for boxes in self.boxes.values():
+            for widget in boxes.values():
                 widget.disabled = busy
         self.stop_button.disabled = not busy or self._thread is None
 
@@ -159,7 +169,7 @@ class SweepsTab(Tab):
             raise ValueError(f"repeats must be between 1 and 50, got {repeats}")
         sweep = sweeps.get(name)
         return {
-            **sweep.arguments({sweep.params[0].name: self.parts[f"sweep-{name}-sizes"].value}),
+            **sweep.arguments({p: box.value for p, box in self.boxes[name].items()}),
             "repeats": repeats,
         }
 

@@ -1,0 +1,153 @@
+"""The "Inside" tab: what happens inside the selected step, on demand (explorer.inside).
+
+    Logit lens   the residual stream after each layer through the final norm and lm_head
+    Attention    the newest token's attention over the context, per layer (mean / max over heads
+                 or one head from the picker)
+Both replay the step once more with scoped hooks (nothing stays hooked after it); an architecture
+that does not expose what they need says so in the message area, and the charts keep what they showed.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as W
+
+from explorer import plots
+from explorer.app.controls import cls
+from explorer.app.tabs import Tab, register
+from explorer.app.views import figure_widget
+
+
+@register(36)
+class InsideTab(Tab):
+    name, title = "inside", "Inside"
+
+    def __init__(self, dash):
+        super().__init__(dash)
+        self.lens: list[dict] | None = None
+        self.att: dict | None = None
+        self.charts = {
+            "inside-lens": figure_widget(plots.lens_figure),
+            "inside-attention": figure_widget(plots.attention_figure),
+        }
+        for name, fig in self.charts.items():
+            fig.add_class(f"ie-{name}")
+        self.lens_button = cls(
+            W.Button(
+                description="Logit lens",
+                icon="layer-group",
+                tooltip="each layer's residual through the final norm and lm_head",
+            ),
+            "inside-lens-run",
+        )
+        self.att_button = cls(
+            W.Button(
+                description="Attention",
+                icon="eye",
+                tooltip="the newest token's attention over the context (one eager pass)",
+            ),
+            "inside-attention-run",
+        )
+        self.head = cls(
+            W.Dropdown(
+                options=[("mean over heads", "mean"), ("max over heads", "max")],
+                value="mean",
+                description="heads",
+                layout=W.Layout(width="240px"),
+            ),
+            "inside-head",
+        )
+        self.lens_button.on_click(lambda _: dash.guard.call("The logit lens", self.run_lens))
+        self.att_button.on_click(lambda _: dash.guard.call("Attention", self.run_attention))
+        self.head.observe(
+            lambda ch: dash.guard.call("Picking a head", self.show_attention, while_busy=True),
+            names="value",
+        )
+        self.text = cls(W.HTML(), "inside-text")
+        self.parts = {
+            **self.charts,
+            "inside-lens-run": self.lens_button,
+            "inside-attention-run": self.att_button,
+            "inside-head": self.head,
+            "inside-text": self.text,
+        }
+        self.widget = W.VBox(
+            [
+                W.HTML(
+                    "Inside the step you selected in the strip (or the latest): each button replays "
+                    "that step once more on the model (measured) with hooks that are removed after it."
+                ),
+                W.HBox([self.lens_button, self.att_button, self.head]),
+                self.text,
+                self.charts["inside-lens"],
+                self.charts["inside-attention"],
+            ]
+        )
+        self.widget.add_class("ie-inside")
+        self.parts["inside"] = self.widget
+
+    def figures(self):
+        return list(self.charts.values())
+
+    def set_busy(self, busy: bool) -> None:
+        self.lens_button.disabled = busy
+        self.att_button.disabled = busy
+
+    def steps_reset(self, steps) -> None:
+        self.text.value = ""
+
+    def session_changed(self) -> None:
+        self.lens = self.att = None
+        self.head.options = [("mean over heads", "mean"), ("max over heads", "max")]
+        for name, builder in (
+            ("inside-lens", plots.lens_figure),
+            ("inside-attention", plots.attention_figure),
+        ):
+            plots.redraw(self.charts[name], builder())
+
+    def _index(self) -> int | None:
+        steps = self.dash.session.steps
+        if not steps:
+            return None
+        return self.dash.selected if self.dash.selected is not None else len(steps) - 1
+
+    def run_lens(self) -> None:
+        index = self._index()
+        self.lens = self.dash.session.logit_lens(index)
+        plots.redraw(self.charts["inside-lens"], plots.lens_figure(self.lens))
+        last = self.lens[-1]
+        decided = next(
+            (r["layer"] for r in self.lens if r["rank_chosen"] == 0), last["layer"]
+        )  # the first layer whose top token is the finally chosen one
+        self.text.value = (
+            f"Step {'(pending)' if index is None else index}: the chosen token is the lens's top "
+            f"token from layer {decided} of {last['layer']} on; at the last layer its probability "
+            f"is {last['prob_chosen']:.3f}."
+        )
+        self.dash.guard.say("Logit lens done.", "ok")
+
+    def run_attention(self) -> None:
+        index = self._index()
+        self.att = self.dash.session.attention(index)
+        heads = [(f"head {h}", h) for h in range(self.att["heads"])]
+        keep = self.head.value
+        self.head.options = [("mean over heads", "mean"), ("max over heads", "max"), *heads]
+        self.head.value = keep if keep in ("mean", "max") or keep < self.att["heads"] else "mean"
+        self.show_attention()
+        sink = self.att.get("sink") or []
+        self.text.value = (
+            f"Step {'(pending)' if index is None else index}: {len(self.att['positions'])} positions"
+            + (
+                f"; on average {100 * sum(sink) / len(sink):.0f}% of each layer's attention goes "
+                "to the first token (the attention sink)"
+                if sink
+                else ""
+            )
+            + "."
+        )
+        self.dash.guard.say("Attention done.", "ok")
+
+    def show_attention(self) -> None:
+        if self.att is not None:
+            plots.redraw(
+                self.charts["inside-attention"], plots.attention_figure(self.att, self.head.value)
+            )

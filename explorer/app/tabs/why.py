@@ -1,0 +1,262 @@
+"""The "Why this time?" tab: the selected step's speed-of-light split, its profiler breakdown, and
+the trust table with one-click calibration.
+
+    split      the selected step (or the latest) as floors + overhead, MBU / MFU / regime (plain data
+               on the Step, explorer.costs.split); redrawn when a step is taken or selected
+    Profile    Session.profile_step(): one more pass of that step under torch.profiler, by part
+    trust      every prediction beside its measurement (explorer.costs.trust)
+    Calibrate  a small regime map of the current model on a background thread (Stop keeps the
+               cells), one calibration fitted to part of it and scored on the rest; then used by
+               every prediction (explorer.costs.calibrate.use) and saved with the trace
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import ipywidgets as W
+
+from explorer import plots, sweeps
+from explorer.app.controls import cls, stop_button
+from explorer.app.tabs import Tab, register
+from explorer.app.views import figure_widget
+from explorer.costs import calibrate
+from explorer.costs.trust import trust
+from explorer.sweeps.regime_map import calibration_from
+
+CALIBRATION_BATCHES = (1, 4, 16)
+CALIBRATION_CONTEXTS = (32, 128, 256)  # capped at the model's positions
+TRUST_EVERY = 16  # while shown, the trust table follows the steps this often
+
+
+def calibration_contexts(max_positions: int | None) -> list[int]:
+    """The calibration grid's contexts that fit the model (at least three, evenly spread)."""
+    cap = max_positions or max(CALIBRATION_CONTEXTS)
+    out = sorted({min(c, cap) for c in CALIBRATION_CONTEXTS})
+    if len(out) < 3:
+        out = sorted({max(2, cap // 8), max(3, cap // 2), cap})
+    return out
+
+
+@register(35)
+class WhyTab(Tab):
+    name, title = "why", "Why this time?"
+
+    def __init__(self, dash):
+        super().__init__(dash)
+        self.live = False
+        self.profile: dict | None = None
+        self.calibration = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._since_trust = 0
+        self.charts = {
+            "why-split": figure_widget(plots.split_figure),
+            "why-profile": figure_widget(plots.profile_figure),
+            "why-trust": figure_widget(plots.trust_figure),
+        }
+        for name, fig in self.charts.items():
+            fig.add_class(f"ie-{name}")
+        self.profile_button = cls(
+            W.Button(
+                description="Profile this step",
+                icon="search",
+                tooltip="run the selected step once more (3 repeats) under torch.profiler",
+            ),
+            "why-profile-run",
+        )
+        self.profile_button.on_click(
+            lambda _: dash.guard.call("Profiling the step", self.run_profile)
+        )
+        self.profile_text = cls(W.HTML(), "why-profile-text")
+        self.calibrate_button = cls(
+            W.Button(
+                description="Calibrate",
+                icon="sliders",
+                tooltip="measure a small batch x context grid of this model and fit bandwidth, "
+                "FLOP/s and overhead to part of it",
+            ),
+            "why-calibrate",
+        )
+        self.calibrate_button.on_click(lambda _: self.start_calibration())
+        self.stop_button = stop_button(
+            "why-calibrate-stop", "stop the calibration grid after its current cell", self._stop.set
+        )
+        self.progress = cls(
+            W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="200px")),
+            "why-calibrate-progress",
+        )
+        self.calibration_text = cls(
+            W.HTML("No calibration yet: predictions are the plain roofline bound."),
+            "why-calibration-text",
+        )
+        self.parts = {
+            **self.charts,
+            "why-profile-run": self.profile_button,
+            "why-profile-text": self.profile_text,
+            "why-calibrate": self.calibrate_button,
+            "why-calibrate-stop": self.stop_button,
+            "why-calibrate-progress": self.progress,
+            "why-calibration-text": self.calibration_text,
+        }
+        self.widget = W.VBox(
+            [
+                W.HTML(
+                    "Why did this step take its time? The bar splits the measured latency into the "
+                    "cost model's floors at this machine's measured peaks (modelled) and the overhead "
+                    "that no floor explains (measured - bound). Select a step in the strip to see it."
+                ),
+                self.charts["why-split"],
+                W.HBox([self.profile_button, self.profile_text]),
+                self.charts["why-profile"],
+                W.HBox([self.calibrate_button, self.stop_button, self.progress]),
+                self.calibration_text,
+                self.charts["why-trust"],
+            ]
+        )
+        self.widget.add_class("ie-why")
+        self.parts["why"] = self.widget
+
+    # --- the Tab protocol ---
+
+    def figures(self):
+        return list(self.charts.values())
+
+    def set_live(self, live: bool) -> None:
+        self.live = live
+        if live:
+            self.refresh()
+
+    def steps_added(self, steps) -> None:
+        if not self.live:
+            return
+        self._since_trust += len(steps)
+        if self.dash.selected is None:
+            self.show_split()
+        if self._since_trust >= TRUST_EVERY:
+            self.show_trust()
+
+    def steps_reset(self, steps) -> None:
+        self.profile = None
+        plots.redraw(self.charts["why-profile"], plots.profile_figure(None))
+        self.profile_text.value = ""
+        if self.live:
+            self.refresh()
+
+    def step_selected(self, index) -> None:
+        if self.live:
+            self.show_split()
+
+    def session_changed(self) -> None:
+        model = self.dash.session.lm.info.name
+        mine = self.calibration is not None and model in self.calibration.models
+        if not mine:
+            self.calibration_text.value = (
+                "No calibration for this model yet: predictions are the plain roofline bound."
+            )
+
+    def threads(self):
+        return [self._thread]
+
+    def set_busy(self, busy: bool) -> None:
+        self.profile_button.disabled = busy
+        self.calibrate_button.disabled = busy
+        self.stop_button.disabled = not busy or self._thread is None
+
+    # --- views ---
+
+    def step(self):
+        """The step the person is looking at: the selected one, or the latest (None before any)."""
+        steps = self.dash.session.steps
+        if not steps:
+            return None
+        index = self.dash.selected
+        return steps[index] if index is not None and 0 <= index < len(steps) else steps[-1]
+
+    def refresh(self) -> None:
+        self.show_split()
+        self.show_trust()
+
+    def show_split(self) -> None:
+        plots.redraw(self.charts["why-split"], plots.split_figure(self.step()))
+
+    def show_trust(self) -> None:
+        self._since_trust = 0
+        plots.redraw(self.charts["why-trust"], plots.trust_figure(trust(self.dash.session.trace)))
+
+    # --- profile ---
+
+    def run_profile(self) -> None:
+        """Profile the step in view (the pending prefill before any step)."""
+        step = self.step()
+        self.profile = self.dash.session.profile_step(None if step is None else step.index)
+        p = self.profile
+        plots.redraw(self.charts["why-profile"], plots.profile_figure(p))
+        self.profile_text.value = (
+            f"On this model, {100 * p['python_share']:.0f}% of step {p['step']} is framework/Python "
+            f"time; the top three parts are {', '.join(p['top'])} (measured, {p['timing']}, median "
+            f"of {p['repeats']}; unprofiled latency "
+            + (f"{p['latency_s'] * 1e3:.3g} ms" if p["latency_s"] else "not measured yet")
+            + ")."
+        )
+        self.dash.guard.say(f"Profiled step {p['step']}.", "ok")
+
+    # --- calibration ---
+
+    def start_calibration(self) -> bool:
+        """Measure the calibration grid on a background thread. False if it did not start."""
+        g = self.dash.guard
+        if not g.start("Calibration"):
+            return False
+        lm = self.dash.session.lm
+        kwargs = {
+            "batches": CALIBRATION_BATCHES,
+            "contexts": calibration_contexts(lm.info.max_positions),
+            "repeats": 3,
+        }
+        self._stop.clear()
+        self.progress.value = 0
+        g.say(
+            f"Calibrating on {lm.info.name}: decode at batches {list(kwargs['batches'])} x contexts "
+            f"{kwargs['contexts']}… (Stop ends it after the current cell)",
+            "busy",
+        )
+        self._thread = threading.Thread(
+            target=self._calibrate, args=(lm, kwargs), name="explorer-calibrate", daemon=True
+        )
+        self.set_busy(True)
+        self._thread.start()
+        return True
+
+    def _calibrate(self, lm, kwargs) -> None:
+        g = self.dash.guard
+
+        def tick(done: int, total: int) -> None:
+            self.progress.max, self.progress.value = max(total, 1), done
+
+        t0 = time.perf_counter()
+        try:
+            df = sweeps.run("regime-map", lm, progress=tick, bar=False, stop=self._stop, **kwargs)
+            cal = calibration_from([df])
+            calibrate.use(cal)
+            self.calibration = cal
+            with g.lock:
+                if self.dash.session.lm is lm:
+                    self.dash.session.trace.calibration = cal.to_dict()
+                self.calibration_text.value = (
+                    f"Calibration in use for {lm.info.name} ({cal.device}, {cal.dtype}, "
+                    f"{cal.threads} threads; measured in {time.perf_counter() - t0:.0f} s): "
+                    f"{cal.summary()}"
+                )
+                self.show_trust()
+            g.say(
+                f"Calibrated on {cal.n_train} steps; held-out median error "
+                f"{cal.heldout_err_before_pct:.0f}% (roofline bound) -> "
+                f"{cal.heldout_err_after_pct:.0f}% (calibrated) on {cal.n_heldout} steps.",
+                "ok",
+            )
+        except Exception as err:  # noqa: BLE001 - shown; the previous calibration stays in use
+            g.fail(err, "Calibration")
+        finally:
+            g.finish()
