@@ -300,8 +300,8 @@ def _regime_columns(df) -> Columns:
     contexts = np.unique(_col(df, "context_len")) if len(df) else np.empty(0)
     eq = a.get("kv_equals_weights_tokens")
     kv_line = eq / np.maximum(contexts - 1, 1) if eq else np.full(len(contexts), np.nan)
-    top = 4 * np.nanmax(_col(df, "batch")) if len(df) else np.nan
-    kv_line[kv_line > top] = np.nan  # off the map: beyond the largest batch measured
+    top = 16 * np.nanmax(_col(df, "batch")) if len(df) else np.nan
+    kv_line[kv_line > top] = np.nan  # far off the map: 16x beyond the largest batch measured
     cols["KV bytes = weight bytes (modelled)"] = {"x": contexts, "y": kv_line}
     crit = {int(k): v for k, v in (a.get("critical_batch_by_context") or {}).items()}
     cols["critical batch (modelled: roofline knee)"] = {
