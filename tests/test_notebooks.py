@@ -244,6 +244,24 @@ def check_08(f: dict) -> None:
     assert f["itl_during_ms"] > f["itl_other_ms"], "a long prefill stalls everyone decoding"
 
 
+def check_09(f: dict) -> None:
+    assert f["regimes"] == {
+        "A: small decode": "overhead",
+        "B: 0.5B decode": "memory",
+        "C: 0.5B prefill": "compute",
+    }, f["regimes"]
+    assert f["split_sums"] == pytest.approx(
+        [1.0, 1.0, 1.0], rel=1e-9
+    )  # floors + overhead = latency
+    assert all(0 < u <= 1 for u in f["mbu"] + f["mfu"])
+    assert f["python_share_small"] > 0.25 > f["python_share_big"], "overhead shows as Python"
+    assert f["coverage"] >= 0.9
+    assert "overhead" in f["map_regimes"]
+    assert f["heldout_after"] < f["heldout_before"], "calibration predicts held-out steps better"
+    assert f["lens_last_vs_step"] < 1e-4  # the lens at the last layer is the model's output
+    assert f["attention_row_sums"] == pytest.approx([1.0] * len(f["attention_row_sums"]), abs=1e-4)
+
+
 CHECKS = {
     "01": check_01,
     "02": check_02,
@@ -253,6 +271,7 @@ CHECKS = {
     "06": check_06,
     "07": check_07,
     "08": check_08,
+    "09": check_09,
 }
 
 
@@ -261,7 +280,7 @@ CHECKS = {
 
 def test_notebooks_exist_in_order():
     numbers = [p.name[:2] for p in NOTEBOOKS]
-    assert numbers[:8] == ["01", "02", "03", "04", "05", "06", "07", "08"], numbers
+    assert numbers[:9] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"], numbers
     assert set(numbers) <= set(CHECKS), f"a notebook without checks: {set(numbers) - set(CHECKS)}"
 
 
