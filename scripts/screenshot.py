@@ -1,9 +1,10 @@
 """The README's picture of the dashboard: `explorer app` + Debian chromium, a fresh page, a few steps.
 
     python scripts/screenshot.py [--out assets/dashboard.png] [--steps 16] [--temperature 0.7] [--seed 1]
+    python scripts/screenshot.py --out assets/why.png --tab "Why this time?" --click why-profile-run
 
 Serves the app on a free local port with temporary HOME/Jupyter folders, opens it at 1400x1000, sets
-the sampling, clicks Step --steps times, then saves a full-page PNG. Nothing in the test suite writes it.
+the sampling, clicks Step --steps times, then (with --tab) opens that tab and (with --click) presses those buttons, and saves a full-page PNG. Nothing in the test suite writes it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--temperature", default="0.7")
     p.add_argument("--seed", default="1")
+    p.add_argument("--tab", help="the title of a tab to open before the picture")
+    p.add_argument("--click", action="append", default=[], help="a button's part name (repeatable)")
     a = p.parse_args(argv)
     if reason := bs.browser_unavailable():
         sys.exit(reason)
@@ -46,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
             bs.click_and_time(page, "step", timeout_ms=30000)
             page.wait_for_selector(bs.STEP_READY, timeout=30000)
         bs.wait_quiet(page, settle_ms=500)
+        if a.tab:
+            page.locator(".lm-TabBar-tab", has_text=a.tab).first.click()
+            bs.wait_quiet(page, settle_ms=500)
+        for part in a.click:
+            page.click(f"button.ie-{part}")
+            bs.wait_quiet(page, settle_ms=1500)
         page.screenshot(path=str(a.out), full_page=True)
         browser.close()
     print(
