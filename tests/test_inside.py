@@ -204,3 +204,19 @@ def test_regimes_bundled_overhead_and_half_billion_memory(session):
     from explorer.costs.split import split_trace
 
     assert [r["regime"] for r in split_trace(saved)] == [s.regime for s in big.steps]
+
+
+def test_inside_benchmark_times_an_untouched_copy_beside_a_looked_at_model(target, capsys):
+    from explorer.cli import main
+    from explorer.engine.session import inside_benchmark
+
+    out = inside_benchmark(target, list(range(10, 18)), new_tokens=3, repeats=2, warmup=0)
+    assert out["hooks_left"] == {"plain": 0, "inside": 0}
+    assert out["plain"]["repeats"] == out["inside"]["repeats"] == 2
+    assert out["ratio"] == pytest.approx(out["inside"]["median_s"] / out["plain"]["median_s"])
+    assert hook_count(target.model) == 0
+    assert main(["bench", "hooks", "--new-tokens", "2", "--repeats", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "ratio inside/plain" in text and "hooks left: {'plain': 0, 'inside': 0}" in text
+    with pytest.raises(ValueError, match="repeats"):
+        inside_benchmark(target, [1, 2], repeats=0)

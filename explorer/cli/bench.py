@@ -282,8 +282,49 @@ def _cmd_bench_calibrate(args) -> int:
     return 0
 
 
+def _add_bench_hooks(bench) -> None:
+    p = bench.add_parser(
+        "hooks",
+        help="decode latency of a model that ran the inside views vs an untouched copy",
+    )
+    p.add_argument("--model", default=None, help="bundled:target (default), arch:qwen2.5-0.5b, ...")
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_bench_hooks)
+
+
+def _cmd_bench_hooks(args) -> int:
+    from explorer.engine.session import inside_benchmark
+    from explorer.model.loader import load
+
+    lm = load(args.model, device=args.device, dtype=args.dtype)
+    out = inside_benchmark(
+        lm, list(range(10, 26)), new_tokens=args.new_tokens, repeats=args.repeats
+    )
+    if args.json:
+        print_json(out)
+        return 0
+    print(
+        f"{out['model']} on {out['device']} ({out['dtype']}, {out['threads']} threads): "
+        f"{out['new_tokens']} greedy tokens per run, {out['repeats']} alternating repeats (ABBA) after "
+        f"{out['warmup']} warm-up; per-token = median of the decode Steps' latencies ({out['plain']['method']})"
+    )
+    for name, label in (("plain", "untouched copy"), ("inside", "after lens+attention+profile")):
+        m = out[name]
+        print(
+            f"  {label:<30} median {m['median_s'] * 1e3:7.3f} ms/token  "
+            f"(min {m['min_s'] * 1e3:.3f}, max {m['max_s'] * 1e3:.3f})"
+        )
+    print(f"  ratio inside/plain = {out['ratio']:.3f}   hooks left: {out['hooks_left']}")
+    return 0
+
+
 BENCH_COMMANDS = [
     _add_bench_overhead,
+    _add_bench_hooks,
     _add_bench_speculative,
     add_bench_serving,
     _add_bench_calibrate,
