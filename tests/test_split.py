@@ -47,6 +47,26 @@ def test_split_of_a_saved_trace_needs_no_model(session):
         split_mod.split_trace(trace)
 
 
+def test_replay_why_splits_an_older_file_and_says_what_needs_the_model(session, tmp_path, capsys):
+    import json
+
+    from explorer.cli import main
+
+    trace = Trace.from_json(session.trace.to_json())
+    for st in trace.steps:  # as a file saved before the split existed
+        st.regime = st.overhead_s = st.mbu = st.mfu = st.floors = None
+    path = tmp_path / "old.json"
+    trace.save(path)
+    assert main(["replay", str(path), "--why", "--json"]) == 0
+    why = json.loads(capsys.readouterr().out)["why"]
+    assert why["regimes"] == {"overhead": len(session.steps)}  # the bundled model, every step
+    assert "load bundled:target" in why["needs_model"] and why["overhead_floor_s"] > 0
+    assert main(["replay", str(path), "--why"]) == 0
+    text = capsys.readouterr().out
+    assert text.count(" overhead\n") == len(session.steps) and "MBU" in text
+    assert "replay a step on the model itself" in text
+
+
 def test_regime_rule():
     assert split_mod.regime(1.0, 1.5, "memory") == "overhead"
     assert split_mod.regime(1.0, 0.5, "memory") == "memory"
