@@ -29,6 +29,7 @@ __all__ = [
     "Sampling",
     "Session",
     "SpeculativeSession",
+    "PromptLookup",
     "Step",
     "Trace",
     "TraceFormatError",
@@ -40,7 +41,7 @@ __all__ = [
 
 def __getattr__(name: str):
     # Session / SpeculativeSession import lazily so `import explorer` stays light.
-    if name in ("Session", "SpeculativeSession"):
+    if name in ("Session", "SpeculativeSession", "PromptLookup"):
         from explorer import engine
 
         return getattr(engine, name)

@@ -837,3 +837,68 @@ def test_cli_bad_k(capsys):
 
     assert main(["speculate", "--prompt", "x", "--k", "0"]) == 2
     assert "k must be a whole number >= 1" in capsys.readouterr().err
+
+
+# --- prompt lookup: a draft without a model ------------------------------------------------------
+
+
+def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
+    from explorer.engine.speculative import PromptLookup
+
+    pl = PromptLookup(ngram=3)
+    ids = [5, 1, 2, 3, 9, 8, 7, 1, 2, 3]
+    assert pl.propose(ids, 2) == ([9, 8], {"n": 3, "from": 4, "to": 6})
+    assert pl.propose([4, 1, 2, 6, 1, 2], 4) == ([6, 1, 2], {"n": 2, "from": 3, "to": 6})
+    assert pl.propose([1, 7, 1], 3) == ([7, 1], {"n": 1, "from": 1, "to": 3})
+    assert pl.propose([1, 2, 3, 4], 3) == ([], None)  # no n-gram of the tail occurs earlier
+    assert PromptLookup(3, min_ngram=2).propose([1, 7, 1], 3) == ([], None)
+    assert pl.propose(ids, 0) == ([], None)
+    for bad, match in (({"ngram": 0}, "ngram"), ({"ngram": 2, "min_ngram": 3}, "min_ngram")):
+        with pytest.raises(ValueError, match=match):
+            PromptLookup(**bad)
+
+
+@pytest.mark.parametrize("s", [Sampling(seed=0), Sampling(temperature=0.7, top_k=3, seed=0)])
+def test_prompt_lookup_output_distribution_equals_target_exactly(s):
+    from explorer.engine.speculative import PromptLookup
+
+    target, _ = _table_pair(V)
+    prompt = [0, 1, 2, 0]  # "0" occurs earlier: the first round proposes 1, 2
+    got = enumerate_outputs(
+        lambda: SpeculativeSession(target, PromptLookup(2), prompt, s, k=2, record_steps=False)
+    )
+    want = exact_sequences(target, prompt, s)
+    assert math.isclose(sum(got.values()), 1.0, abs_tol=1e-9)
+    assert max_gap(got, want) < 1e-6
+
+
+def test_prompt_lookup_greedy_equals_plain_greedy_and_records_its_source(target):
+    from explorer.engine.speculative import PromptLookup, lookup_benchmark
+
+    prompt = "import os\nimport sys\nimport re\nimport os\nimport sys\nimport"
+    from explorer.engine.session import Session
+
+    plain = Session(target, prompt, Sampling(greedy=True), max_new_tokens=24, stop_at_eos=False)
+    plain.run()
+    spec = SpeculativeSession(
+        target, PromptLookup(3), prompt, Sampling(greedy=True), k=4, max_new_tokens=24,
+        stop_at_eos=False,
+    )  # fmt: skip
+    while not spec.done:
+        spec.step()
+    assert spec.tokens == plain.tokens
+    found = [r for r in spec.rounds if r.lookup]
+    assert found and all(r.k == r.lookup["to"] - r.lookup["from"] for r in found)
+    assert all(r.draft_passes == [] for r in spec.rounds)  # no draft model ran
+    r = found[0]
+    assert r.to_dict()["lookup"] == r.lookup and Round.from_dict(r.to_dict()).lookup == r.lookup
+    assert spec.trace.settings["draft_model"]["prompt_lookup"] == {"ngram": 3, "min_ngram": 1}
+    from explorer import plots
+
+    hover = plots.rounds_columns(spec.rounds)
+    texts = [h for cols in hover.values() for h in cols["hovertext"]]
+    assert any("copied by prompt lookup from positions" in h for h in texts)
+    fork = spec.fork()
+    assert fork.tokens == spec.tokens
+    rows = lookup_benchmark(target, {"code": prompt}, k=4, new_tokens=8, repeats=1)
+    assert rows[0]["greedy_equal"] and rows[0]["speedup"] > 0 and 0 <= rows[0]["alpha"] <= 1

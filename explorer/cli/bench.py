@@ -322,10 +322,56 @@ def _cmd_bench_hooks(args) -> int:
     return 0
 
 
+def _add_bench_lookup(bench) -> None:
+    p = bench.add_parser(
+        "lookup", help="prompt-lookup decoding vs plain greedy on repetitive and prose prompts"
+    )
+    p.add_argument("--model", default=None, help="bundled:target (default), a hub id, ...")
+    p.add_argument("--k", type=int, default=4, help="ids proposed per round (at most)")
+    p.add_argument("--ngram", type=int, default=3, help="the longest n-gram matched first")
+    p.add_argument("--new-tokens", type=int, default=48)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.set_defaults(func=_cmd_bench_lookup)
+
+
+def _cmd_bench_lookup(args) -> int:
+    from explorer.engine.speculative import lookup_benchmark
+    from explorer.model.loader import load
+
+    for flag in ("k", "ngram", "new_tokens", "repeats"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    lm = load(args.model, device=args.device, dtype=args.dtype)
+    rows = lookup_benchmark(
+        lm, k=args.k, ngram=args.ngram, new_tokens=args.new_tokens, repeats=args.repeats
+    )
+    if args.json:
+        print_json(rows)
+        return 0
+    r0 = rows[0]
+    print(
+        f"{r0['model']} on {r0['device']}: {args.new_tokens} greedy tokens (EOS ignored), prompt "
+        f"lookup k={args.k} ngram={args.ngram} vs plain decoding, median of {args.repeats} "
+        f"alternating repeats after a warm-up ({r0['timer']})"
+    )
+    for r in rows:
+        print(
+            f"  {r['prompt']:<18} alpha {r['alpha']:.2f}  {r['tokens_per_round']:.2f} tokens/round  "
+            f"({r['found']} of {r['rounds']} rounds found a match)  plain {r['plain_s'] * 1e3:7.1f} ms  "
+            f"lookup {r['lookup_s'] * 1e3:7.1f} ms  speedup {r['speedup']:.2f}x  "
+            f"greedy equal: {r['greedy_equal']}"
+        )
+    return 0
+
+
 BENCH_COMMANDS = [
     _add_bench_overhead,
     _add_bench_hooks,
     _add_bench_speculative,
+    _add_bench_lookup,
     add_bench_serving,
     _add_bench_calibrate,
 ]

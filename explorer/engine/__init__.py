@@ -20,6 +20,8 @@ _LAZY = {
     "overhead_benchmark": "session",
     "SpeculativeSession": "speculative",
     "Round": "speculative",
+    "PromptLookup": "speculative",
+    "inside_benchmark": "session",
 }
 
 __all__ = ["Sampling", "Step", "Trace", "TraceFormatError", *_LAZY]

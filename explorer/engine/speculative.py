@@ -18,6 +18,13 @@ Cache invariant between rounds: the target cache holds every id but the last (le
 positions); the draft cache holds len(ids) - 1, or len(ids) - 2 after a fully accepted round
 (x_k was proposed but never fed to the draft), so its next pass feeds 2 tokens.
 
+Prompt-lookup decoding (Saxena 2023; transformers' prompt_lookup_num_tokens): the draft is no
+model but `PromptLookup(ngram=3)`, which proposes the k ids that followed the most recent earlier
+occurrence of the context's last n-gram (n = ngram down to min_ngram), or nothing when there is
+none (the round is then a plain target step). Its q is one-hot at each proposed id, so acceptance is
+min(1, p(x)) and the residual is p with x removed: the same lossless rule, with no draft pass at
+all. Each Round's `lookup` says where the proposal came from ({"n", "from", "to"}: positions).
+
 Statistics (modelled, with measured inputs): per-token acceptance rate alpha, and the expected
 speedup of Leviathan et al. (their eq. 1), with c = draft pass time / target decode pass time:
 
@@ -66,6 +73,44 @@ from explorer.engine.trace import Step, Trace
 from explorer.model.loader import LoadedModel
 
 RESIDUAL_EPS = 1e-12  # residual mass below this counts as empty (p == q): fall back to p
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """A draft without a model: propose the continuation of the last n-gram's most recent earlier
+    occurrence in the context (prompt + emitted ids). ngram: the longest n-gram tried first;
+    min_ngram: the shortest one still trusted."""
+
+    ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self):
+        for name in ("ngram", "min_ngram"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"PromptLookup {name} must be a whole number >= 1, got {v!r}")
+        if self.min_ngram > self.ngram:
+            raise ValueError(
+                f"PromptLookup min_ngram ({self.min_ngram}) must be <= ngram ({self.ngram})"
+            )
+
+    @property
+    def name(self) -> str:
+        return f"prompt-lookup(ngram={self.ngram}, min_ngram={self.min_ngram})"
+
+    def propose(self, ids: list[int], k: int) -> tuple[list[int], dict | None]:
+        """(up to k ids, {"n", "from", "to"}) where ids[from:to] is the copied span; ([], None) when
+        no n-gram of the context's tail occurs earlier."""
+        if k < 1:
+            return [], None
+        for n in range(min(self.ngram, len(ids) - 1), self.min_ngram - 1, -1):
+            tail = ids[-n:]
+            for start in range(len(ids) - n - 1, -1, -1):  # most recent earlier occurrence first
+                if ids[start : start + n] == tail:
+                    span = ids[start + n : start + n + k]
+                    if span:
+                        return span, {"n": n, "from": start + n, "to": start + n + len(span)}
+        return [], None
 
 
 # --- pairing and input checks --------------------------------------------------------------------
@@ -185,6 +230,7 @@ class Round:
         None  # "eos" | "max_new_tokens" | "max_positions" when this round ended the run
     )
     wall_s: float = 0.0  # the whole round (passes, sampling chain, bookkeeping), perf_counter
+    lookup: dict | None = None  # prompt lookup: {"n", "from", "to"} of the copied span, else None
 
     @property
     def draft_s(self) -> float:
@@ -332,13 +378,16 @@ class _Proposal:
     )  # [V] final draft probabilities per position
     draws: list[dict] = field(default_factory=list)
     passes: list[dict] = field(default_factory=list)
+    lookup: dict | None = None  # prompt lookup: where the proposal was copied from
 
 
 class SpeculativeSession:
     """Speculative decoding step by step: each step() is one round (see the module docstring).
 
     SpeculativeSession(target, draft, prompt, sampling=Sampling(), *, k=4, top_n=20, max_new_tokens=None,
-    adaptive=False, k_max=None, record_steps=True)
+    adaptive=False, k_max=None, record_steps=True, stop_at_eos=True)
+
+    draft: a LoadedModel that shares the target's tokenizer, or PromptLookup(ngram) (no model).
 
     prompt: a string (needs the target's tokenizer) or a list of token ids. With adaptive=True, k grows
     by 1 after a fully accepted round (up to k_max, default 2k) and shrinks by 1 after a rejection (down
@@ -359,8 +408,11 @@ class SpeculativeSession:
         adaptive: bool = False,
         k_max: int | None = None,
         record_steps: bool = True,
+        stop_at_eos: bool = True,
     ):
-        check_pair(target, draft)
+        self.lookup = draft if isinstance(draft, PromptLookup) else None
+        if self.lookup is None:
+            check_pair(target, draft)
         check_k(k)
         k_max = check_k(2 * k if k_max is None else k_max, "k_max")
         if k_max < k:
@@ -384,8 +436,9 @@ class SpeculativeSession:
         self.sampling, self.k, self.k_max, self.adaptive = sampling, k, k_max, bool(adaptive)
         self.top_n = min(top_n, _vocab_size(target))
         self.max_new_tokens, self.record_steps = max_new_tokens, bool(record_steps)
+        draft_positions = None if self.lookup else draft.info.max_positions
         self.max_positions = min(
-            p for p in (target.info.max_positions, draft.info.max_positions, 1 << 62) if p
+            p for p in (target.info.max_positions, draft_positions, 1 << 62) if p
         )
         if len(self.prompt_ids) >= self.max_positions:
             raise ValueError(
@@ -395,7 +448,7 @@ class SpeculativeSession:
         self.k = self._fit_k(k)
         self.k_max = max(self.k, min(self.k_max, self.max_positions - len(self.prompt_ids) - 1))
         self.draws = RandomDraws(sampling.seed)
-        self.eos_ids = _eos_ids(target)
+        self.eos_ids = _eos_ids(target) if stop_at_eos else set()
         self.rounds: list[Round] = []
         self.stop_reason: str | None = None
         self._ids = list(self.prompt_ids)
@@ -514,6 +567,7 @@ class SpeculativeSession:
         prefill = self._prefill_record if not self.rounds else None
         k = self._round_k()
         prop = self._propose(k)
+        k = len(prop.tokens)  # prompt lookup may find fewer than k (or none: a plain target step)
         scored, verify = self._verify(prop.tokens)
         drafts, n = self._accept(prop, scored)
         residual = bonus = None
@@ -537,6 +591,7 @@ class SpeculativeSession:
             greedy=self.sampling.is_greedy,
             prefill=prefill,
             stop=stop,
+            lookup=prop.lookup,
         )
         self._commit(rnd, scored, prop)
         rnd.wall_s = time.perf_counter() - t0
@@ -552,7 +607,12 @@ class SpeculativeSession:
             return self._prefill_record
         tcache, dcache = DynamicCache(), DynamicCache()
         body, out = self._ids[:-1], {}
-        for name, lm, cache in (("target", self.target, tcache), ("draft", self.draft, dcache)):
+        models = [("target", self.target, tcache)]
+        if self.lookup is None:
+            models.append(("draft", self.draft, dcache))
+        else:
+            dcache, out["draft"] = None, None  # prompt lookup: no draft model, no draft cache
+        for name, lm, cache in models:
             out[name] = None
             if body:
                 _, sec = _timed_forward(lm, body, cache, last_only=True)
@@ -583,7 +643,10 @@ class SpeculativeSession:
         return max(k, 0)
 
     def _propose(self, k: int) -> _Proposal:
-        """k draft passes: each feeds the ids the draft cache lacks and draws x_i from q_i."""
+        """k draft passes: each feeds the ids the draft cache lacks and draws x_i from q_i. Prompt
+        lookup: up to k ids copied from the context, each with a one-hot q (no pass, no randomness)."""
+        if self.lookup is not None:
+            return self._propose_lookup(k)
         prop, ctx = _Proposal(), list(self._ids)
         greedy = self.sampling.is_greedy
         for _ in range(k):
@@ -602,6 +665,21 @@ class SpeculativeSession:
             prop.q.append(q)
             prop.draws.append(_draw_dict(draw, greedy, "q"))
             ctx.append(x)
+        return prop
+
+    def _propose_lookup(self, k: int) -> _Proposal:
+        tokens, where = self.lookup.propose(self._ids, k)
+        vocab = _vocab_size(self.target)
+        prop = _Proposal(lookup=where)
+        for x in tokens:
+            q = torch.zeros(vocab, device=self.target.device)
+            q[x] = 1.0
+            prop.tokens.append(x)
+            prop.q.append(q)
+            prop.draws.append(
+                {"u": None, "cdf_lo": 0.0, "cdf_hi": 1.0, "greedy": self.sampling.is_greedy,
+                 "of": "lookup"}
+            )  # fmt: skip
         return prop
 
     def _verify(self, xs: list[int]) -> tuple[list[_Scored], dict]:
@@ -727,7 +805,8 @@ class SpeculativeSession:
         self._ids.extend(rnd.tokens)
         keep = len(self._ids) - 1
         crop_cache(self._tcache, min(keep, self._tcache.get_seq_length()))
-        crop_cache(self._dcache, min(keep, self._dcache.get_seq_length()))
+        if self._dcache is not None:
+            crop_cache(self._dcache, min(keep, self._dcache.get_seq_length()))
         if self.adaptive and rnd.k > 0:
             self.k = min(self.k + 1, self.k_max) if rnd.accepted == rnd.k else max(self.k - 1, 1)
         rnd.k_next = self.k
@@ -842,7 +921,11 @@ class SpeculativeSession:
             "use_cache": True,
             "batch_size": 1,
             "speculative": True,
-            "draft_model": self.draft.info.to_dict(),
+            "draft_model": (
+                {"name": self.lookup.name, "prompt_lookup": asdict(self.lookup)}
+                if self.lookup is not None
+                else self.draft.info.to_dict()
+            ),
         }
 
 
@@ -954,6 +1037,91 @@ def benchmark(
                 r.verify_s for r in sess.rounds if r.verify_pass["tokens_fed"] == k + 1
             )
     return [_bench_row(k, per_k[k], sampling, n_tokens, repeats, target) for k in ks]
+
+
+LOOKUP_PROMPTS = {  # offline; "repetitive" is the case prompt lookup is made for
+    "repetitive (code)": (
+        "import os\nimport sys\nimport re\nimport json\nimport time\nimport math\n"
+        "import os\nimport sys\nimport re\nimport"
+    ),
+    "repetitive (list)": (
+        "red, green, blue, red, green, blue, red, green, blue, red, green, blue, red,"
+    ),
+    "prose": (
+        "The quick brown fox jumps over the lazy dog while the sun sets behind the hills, and"
+    ),
+}
+
+
+def lookup_benchmark(
+    lm: LoadedModel,
+    prompts: dict[str, str | list[int]] | None = None,
+    *,
+    k: int = 4,
+    ngram: int = 3,
+    new_tokens: int = 48,
+    repeats: int = 3,
+) -> list[dict[str, Any]]:
+    """Prompt-lookup decoding vs plain greedy decoding, per prompt: the same `new_tokens` greedy
+    tokens (EOS ignored) both ways, timed alternately (ABBA, wall clock after a device sync) after
+    one warm-up of each. Rows: prompt, alpha, tokens_per_round, rounds, greedy_equal, both medians,
+    speedup = plain / lookup (measured)."""
+    from explorer.costs.timing import time_call
+    from explorer.engine.session import Session
+
+    check_k(k)
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a whole number >= 1, got {repeats!r}")
+    prompts = prompts or (
+        LOOKUP_PROMPTS if lm.tokenizer is not None else {"ids 1..8 twice": list(range(1, 9)) * 2}
+    )
+    draft, greedy = PromptLookup(ngram), Sampling(greedy=True)
+    rows = []
+    for name, prompt in prompts.items():
+
+        def plain(prompt=prompt):
+            s = Session(lm, prompt, greedy, max_new_tokens=new_tokens, stop_at_eos=False)
+            s.run()
+            return s
+
+        def lookup(prompt=prompt):
+            s = SpeculativeSession(
+                lm, draft, prompt, greedy, k=k, max_new_tokens=new_tokens, stop_at_eos=False,
+                record_steps=False,
+            )  # fmt: skip
+            while not s.done:
+                s.step()
+            return s
+
+        base, spec = plain(), lookup()  # warm-up, and the outputs compared
+        times: dict[str, list[float]] = {"plain": [], "lookup": []}
+        for r in range(repeats):
+            order = (("plain", plain), ("lookup", lookup))
+            for label, fn in order if r % 2 == 0 else order[::-1]:
+                times[label].append(time_call(fn, lm.device)[1])
+        st = round_stats(spec.rounds)
+        t_plain, t_lookup = statistics.median(times["plain"]), statistics.median(times["lookup"])
+        rows.append(
+            {
+                "prompt": name,
+                "model": lm.info.name,
+                "device": str(lm.device),
+                "k": k,
+                "ngram": ngram,
+                "new_tokens": new_tokens,
+                "repeats": repeats,
+                "rounds": len(spec.rounds),
+                "found": sum(1 for r in spec.rounds if r.lookup),
+                "alpha": st["alpha"],
+                "tokens_per_round": len(spec.tokens) / len(spec.rounds),
+                "greedy_equal": spec.tokens == base.tokens,
+                "plain_s": t_plain,
+                "lookup_s": t_lookup,
+                "speedup": t_plain / t_lookup,
+                "timer": Timer(lm.device).method,
+            }
+        )
+    return rows
 
 
 def _prefill_s(r: Round) -> float:

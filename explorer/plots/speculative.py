@@ -67,11 +67,19 @@ def rounds_columns(rounds: Sequence[Any]) -> Columns:
     cells: dict[str, list[tuple[float, float, str, str]]] = {k: [] for k in OUTCOME_COLORS}
     for r in rounds:
         index = _field(r, "index")
+        lookup = _field(r, "lookup")
+        source = (
+            f"copied by prompt lookup from positions {lookup['from']}..{lookup['to'] - 1} "
+            f"(after a {lookup['n']}-gram match)<br>"
+            if lookup
+            else ""
+        )
         for pos, d in enumerate(_field(r, "drafts", [])):
             outcome = {True: "accepted", False: "rejected", None: "not tested"}[d.get("accepted")]
             hover = (
                 f"round {index}, draft {pos + 1}: {show_token(d['text'])} (id {d['id']})<br>"
-                f"q {d['q']:.3f} · p {d['p']:.3f} · accept prob {d['accept_prob']:.3f}"
+                + source
+                + f"q {d['q']:.3f} · p {d['p']:.3f} · accept prob {d['accept_prob']:.3f}"
                 + (f" · u {d['u']:.3f}" if d.get("u") is not None else "")
                 + f"<br>{outcome}"
             )
