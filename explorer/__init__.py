@@ -30,6 +30,7 @@ __all__ = [
     "Session",
     "SpeculativeSession",
     "PromptLookup",
+    "PrefixCache",
     "Step",
     "Trace",
     "TraceFormatError",
@@ -41,7 +42,7 @@ __all__ = [
 
 def __getattr__(name: str):
     # Session / SpeculativeSession import lazily so `import explorer` stays light.
-    if name in ("Session", "SpeculativeSession", "PromptLookup"):
+    if name in ("Session", "SpeculativeSession", "PromptLookup", "PrefixCache"):
         from explorer import engine
 
         return getattr(engine, name)

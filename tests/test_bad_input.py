@@ -111,6 +111,7 @@ COMMANDS = {  # a working call of each command, the flag to spoil, and whether i
         ["bench", "overhead", "--new-tokens", "2", "--repeats", "1"],
         "--new-tokens",
     ),
+    "bench prefix": (["bench", "prefix", "--prefix-tokens", "8", "--repeats", "1"], "--repeats"),
     "bench lookup": (["bench", "lookup", "--new-tokens", "2", "--repeats", "1"], "--repeats"),
     "bench hooks": (["bench", "hooks", "--new-tokens", "2", "--repeats", "1"], "--repeats"),
     "bench speculative": (

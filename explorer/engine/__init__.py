@@ -21,6 +21,7 @@ _LAZY = {
     "SpeculativeSession": "speculative",
     "Round": "speculative",
     "PromptLookup": "speculative",
+    "PrefixCache": "prefix",
     "inside_benchmark": "session",
 }
 

@@ -71,6 +71,7 @@ class Session:
         batch_size: int = 1,
         roofline: bool = True,
         stop_at_eos: bool = True,
+        prefix_cache=None,
     ):
         sampling = Sampling() if sampling is None else sampling
         _check_sampling(sampling)
@@ -97,7 +98,11 @@ class Session:
         self.batch_size = len(rows)
         self.prompt_len = max(len(r) for r in rows)  # padded length
         self._ids, self._mask = _left_pad(rows, self._pad, self.device)  # [B, P], [B, P] or None
-        self._cache = DynamicCache() if self.use_cache else None
+        self.prefix_cache = (
+            prefix_cache  # explorer.engine.prefix.PrefixCache: copied, not recomputed
+        )
+        self._rows = rows
+        self._cache = self._fresh_cache()
         self._gen = make_generator(sampling.seed)
         self._gen_states: list[torch.Tensor] = []  # generator state before each step, for rewind
         self._finished = [False] * self.batch_size
@@ -114,6 +119,11 @@ class Session:
             "batch_size": self.batch_size,
             "max_new_tokens": max_new_tokens,
         }
+        if prefix_cache is not None:
+            settings["prefix_cache"] = {
+                "tokens": self._cache.get_seq_length(),
+                "build_s": prefix_cache.build_s,
+            }
         self.trace = Trace(
             prompt=_trace_prompt(lm, prompt, rows),
             settings=settings,
@@ -124,6 +134,20 @@ class Session:
         )
         self.stop_reason: str | None = None
         self._busy = threading.Lock()
+
+    def _fresh_cache(self) -> DynamicCache | None:
+        """The cache before the prefill: empty, or a copy of the prefix cache's KV."""
+        if not self.use_cache:
+            if self.prefix_cache is not None:
+                raise ValueError("prefix_cache needs use_cache=True (it is a KV cache)")
+            return None
+        if self.prefix_cache is None:
+            return DynamicCache()
+        if self._mask is not None:
+            raise ValueError(
+                "prefix_cache needs prompt rows of one length (left padding would shift the prefix)"
+            )
+        return self.prefix_cache.start(self.lm, self._rows)
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -222,7 +246,7 @@ class Session:
         self._mask = None if self._mask is None else self._mask[:, : self.prompt_len + keep]
         if self._cache is not None:
             if keep == 0:
-                self._cache = DynamicCache()
+                self._cache = self._fresh_cache()  # before the prefill: the prefix copied again
             else:
                 crop_cache(self._cache, self.prompt_len + keep - 1)
         self._gen.set_state(self._gen_states[keep])

@@ -55,7 +55,7 @@ class Inbox:
         return None
 
 
-def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting) -> None:
+def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting, prefix_cache=None):
     """Serve these (request, record) pairs as one greedy Session batch until the longest ends.
 
     Each row stops taking tokens at its own max_tokens (or its EOS unless ignore_eos); its end is
@@ -74,7 +74,9 @@ def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting) ->
         max_new_tokens=max(r.max_tokens for r in reqs),
         roofline=False,
         stop_at_eos=not ignore_eos,
+        prefix_cache=prefix_cache,
     )
+    cached = s._cache.get_seq_length() if prefix_cache is not None else 0  # prompt KV copied in
     start = feeder.now()
     for rec in recs:
         rec.start_s = start
@@ -102,7 +104,7 @@ def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting) ->
                 end_s=t1,
                 decode_requests=0 if prefill else sum(live) + tokens_done(live, recs, t1),
                 prefill_requests=len(reqs) if prefill else 0,
-                prefill_tokens=sum(len(r.prompt_ids) for r in reqs) if prefill else 0,
+                prefill_tokens=sum(len(r.prompt_ids) - cached for r in reqs) if prefill else 0,
                 batch_tokens=step.tokens_fed * len(reqs),
                 waiting=waiting(),
             )
@@ -111,6 +113,7 @@ def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting) ->
         if live[i]:
             rec.error = "stopped before it finished" if feeder.stop.is_set() else s.stop_reason
             _finish(lm, rec, feeder.now(), feeder)
+    return s
 
 
 def tokens_done(live, recs, t) -> int:
