@@ -180,19 +180,17 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
     return parts
 
 
-def buttons() -> dict[str, W.Widget]:
-    def button(name: str, label: str, icon: str, style: str = "", tip: str = "") -> W.Button:
-        return cls(
-            W.Button(
-                description=label,
-                icon=icon,
-                button_style=style,
-                tooltip=tip,
-                layout=W.Layout(width="92px"),
-            ),
-            name,
-        )
+def button(
+    name: str, label: str, icon: str, style: str = "", tip: str = "", width: str | None = "92px"
+) -> W.Button:
+    """A Button tagged ie-<name> (width None: as wide as its label)."""
+    layout = W.Layout(width=width) if width else W.Layout()
+    return cls(
+        W.Button(description=label, icon=icon, button_style=style, tooltip=tip, layout=layout), name
+    )
 
+
+def buttons() -> dict[str, W.Widget]:
     return {
         "step": button("step", "Step", "step-forward", "primary", "one forward pass, one token"),
         "play": button(

@@ -80,6 +80,24 @@ def _style_axes(fig: go.Figure) -> None:
     fig.update_yaxes(**_AXIS)
 
 
+def _house_style(fig: go.Figure, *, height: int, **layout) -> go.Figure:
+    """The house style on a figure built by hand or with subplots: every axis, the white page,
+    the margins; `layout` on top (legend, title, ...)."""
+    _style_axes(fig)
+    fig.update_layout(
+        **{
+            "height": height,
+            "template": "none",
+            "paper_bgcolor": "white",
+            "plot_bgcolor": "white",
+            "margin": dict(l=60, r=20, t=70, b=40),
+            "font": dict(size=12),
+            **layout,
+        }
+    )
+    return fig
+
+
 # --- small helpers -------------------------------------------------------------------------------
 
 

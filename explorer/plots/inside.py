@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.plots.common import _style_axes, show_token
+from explorer.plots.common import _house_style, show_token
 
 
 def lens_figure(records: list[dict] | None = None, *, height: int = 420) -> go.Figure:
@@ -70,20 +70,15 @@ def lens_figure(records: list[dict] | None = None, *, height: int = 420) -> go.F
     fig.update_yaxes(title_text="layer (0 = first)", row=1, col=1)
     fig.update_yaxes(title_text="layer", row=1, col=2)
     fig.update_xaxes(title_text="prob / nats", row=1, col=2)
-    _style_axes(fig)
-    fig.update_layout(
+    return _house_style(
+        fig,
         height=height,
-        template="none",
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        margin=dict(l=60, r=20, t=70, b=40),
         legend=dict(orientation="h", x=0.62, y=-0.15),
         title=dict(
             text="Logit lens (measured: one replayed pass)" if records else "Run the logit lens",
             font=dict(size=13),
         ),
     )
-    return fig
 
 
 def attention_rows(att: dict, head: int | str | None = "mean") -> list[list[float]]:
@@ -134,14 +129,9 @@ def attention_figure(
         )
     else:
         title = "Show the attention of the newest token"
-    fig.update_layout(
-        height=height,
-        template="none",
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        margin=dict(l=60, r=20, t=60, b=50),
+    fig.update_xaxes(title_text="context position (0 = first token)")
+    fig.update_yaxes(title_text="layer")
+    return _house_style(
+        fig, height=height, margin=dict(l=60, r=20, t=60, b=50),
         title=dict(text=title, font=dict(size=13)),
-        xaxis=dict(title="context position (0 = first token)"),
-        yaxis=dict(title="layer"),
-    )
-    return fig
+    )  # fmt: skip

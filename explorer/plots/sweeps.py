@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.plots.common import MB, Columns, _objs, _style_axes, replace
+from explorer.plots.common import MB, Columns, _house_style, _objs, replace
 
 _MEASURED, _MODELLED = dict(mode="lines+markers"), dict(mode="lines", line=dict(dash="dot"))
 
@@ -60,18 +60,9 @@ def _col(df, name: str, scale: float = 1.0) -> np.ndarray:
 
 def sweep_figure(name: str, *, height: int = 420) -> go.Figure:
     """The empty chart of one sweep: measured lines solid, modelled (roofline bound) lines dotted."""
-    fig = _plot(name).figure()
-    _style_axes(fig)
-    fig.update_layout(
-        height=height,
-        template="none",
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        margin=dict(l=60, r=20, t=70, b=40),
-        legend=dict(orientation="h", x=0, y=-0.18),
-        font=dict(size=12),
+    return _house_style(
+        _plot(name).figure(), height=height, legend=dict(orientation="h", x=0, y=-0.18)
     )
-    return fig
 
 
 def sweep_columns(name: str, df) -> Columns:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import cls
+from explorer.app.controls import button, cls
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
+
+HEAD_AGGREGATES = [("mean over heads", "mean"), ("max over heads", "max")]
 
 
 @register(36)
@@ -31,25 +33,17 @@ class InsideTab(Tab):
         }
         for name, fig in self.charts.items():
             fig.add_class(f"ie-{name}")
-        self.lens_button = cls(
-            W.Button(
-                description="Logit lens",
-                icon="layer-group",
-                tooltip="each layer's residual through the final norm and lm_head",
-            ),
-            "inside-lens-run",
-        )
-        self.att_button = cls(
-            W.Button(
-                description="Attention",
-                icon="eye",
-                tooltip="the newest token's attention over the context (one eager pass)",
-            ),
-            "inside-attention-run",
-        )
+        self.lens_button = button(
+            "inside-lens-run", "Logit lens", "layer-group", width=None,
+            tip="each layer's residual through the final norm and lm_head",
+        )  # fmt: skip
+        self.att_button = button(
+            "inside-attention-run", "Attention", "eye", width=None,
+            tip="the newest token's attention over the context (one eager pass)",
+        )  # fmt: skip
         self.head = cls(
             W.Dropdown(
-                options=[("mean over heads", "mean"), ("max over heads", "max")],
+                options=HEAD_AGGREGATES,
                 value="mean",
                 description="heads",
                 layout=W.Layout(width="240px"),
@@ -97,7 +91,7 @@ class InsideTab(Tab):
 
     def session_changed(self) -> None:
         self.lens = self.att = None
-        self.head.options = [("mean over heads", "mean"), ("max over heads", "max")]
+        self.head.options = HEAD_AGGREGATES
         for name, builder in (
             ("inside-lens", plots.lens_figure),
             ("inside-attention", plots.attention_figure),
@@ -130,7 +124,7 @@ class InsideTab(Tab):
         self.att = self.dash.session.attention(index)
         heads = [(f"head {h}", h) for h in range(self.att["heads"])]
         keep = self.head.value
-        self.head.options = [("mean over heads", "mean"), ("max over heads", "max"), *heads]
+        self.head.options = [*HEAD_AGGREGATES, *heads]
         self.head.value = keep if keep in ("mean", "max") or keep < self.att["heads"] else "mean"
         self.show_attention()
         sink = self.att.get("sink") or []

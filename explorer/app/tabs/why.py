@@ -18,7 +18,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots, sweeps
-from explorer.app.controls import cls, stop_button
+from explorer.app.controls import button, cls, stop_button
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
 from explorer.costs import calibrate
@@ -58,27 +58,19 @@ class WhyTab(Tab):
         }
         for name, fig in self.charts.items():
             fig.add_class(f"ie-{name}")
-        self.profile_button = cls(
-            W.Button(
-                description="Profile this step",
-                icon="search",
-                tooltip="run the selected step once more (3 repeats) under torch.profiler",
-            ),
-            "why-profile-run",
-        )
+        self.profile_button = button(
+            "why-profile-run", "Profile this step", "search",
+            tip="run the selected step once more (3 repeats) under torch.profiler", width=None,
+        )  # fmt: skip
         self.profile_button.on_click(
             lambda _: dash.guard.call("Profiling the step", self.run_profile)
         )
         self.profile_text = cls(W.HTML(), "why-profile-text")
-        self.calibrate_button = cls(
-            W.Button(
-                description="Calibrate",
-                icon="sliders",
-                tooltip="measure a small batch x context grid of this model and fit bandwidth, "
-                "FLOP/s and overhead to part of it",
-            ),
-            "why-calibrate",
-        )
+        self.calibrate_button = button(
+            "why-calibrate", "Calibrate", "sliders", width=None,
+            tip="measure a small batch x context grid of this model and fit bandwidth, FLOP/s and "
+            "overhead to part of it",
+        )  # fmt: skip
         self.calibrate_button.on_click(lambda _: self.start_calibration())
         self.stop_button = stop_button(
             "why-calibrate-stop", "stop the calibration grid after its current cell", self._stop.set
