@@ -1026,3 +1026,21 @@ def test_regime_map_sweep_takes_both_grids(dash):
     assert cells == 4 and not dash.parts["sweep-regime-map-contexts"].disabled
     dash.parts["sweep-regime-map-contexts"].value = "eight"
     assert not dash.sweeps.start("regime-map") and "context lengths must be whole" in message(dash)
+
+
+def test_speculative_tab_drafts_by_prompt_lookup(tiny):
+    from explorer.app.tabs.speculative import PROMPT_LOOKUP
+
+    d = Dashboard(lm=tiny, prompt="5 6 7 8 5 6 7", measure_peaks=False, max_new_tokens=None)
+    spec = d.speculative
+    assert PROMPT_LOOKUP in spec.draft.options
+    spec.draft.value = PROMPT_LOOKUP
+    spec.k.value = 2
+    d.parts["spec-step"].click()
+    first = spec.session.rounds[0]
+    assert first.lookup == {"n": 3, "from": 3, "to": 5} and first.k == 2  # "5 6 7" seen: 8, 5
+    assert first.draft_passes == [] and "copied 2 ids from positions 3..4" in spec.status.value
+    d.parts["spec-bench"].click()
+    assert "prompt lookup has none" in message(d) and d.guard.busy is None
+    d.parts["spec-step"].click()
+    assert len(spec.session.rounds) == 2 and d.guard.errors == [], d.guard.errors

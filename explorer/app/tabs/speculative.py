@@ -39,7 +39,7 @@ class SpeculativeTab(Tab):
         draft = "bundled:draft" if "bundled:draft" in names else names[0]
         self.draft = cls(
             W.Dropdown(
-                options=names,
+                options=[*names, PROMPT_LOOKUP],
                 value=draft,
                 description="draft model",
                 layout=W.Layout(width="280px"),
@@ -198,6 +198,11 @@ class SpeculativeTab(Tab):
         try:
             k_max = _check_k(self.k.value)
             target = self.dash.session.lm
+            if self.draft.value == PROMPT_LOOKUP:
+                raise ValueError(
+                    "the k benchmark times a draft model's passes; prompt lookup has none: press "
+                    "Round to watch it, or run `explorer bench lookup` for its speedup"
+                )
             draft = self.dash._load(self.draft.value)
             from explorer.engine.speculative import check_pair
 
@@ -257,7 +262,12 @@ class SpeculativeTab(Tab):
             if self.session.k != k:
                 self.session.set_k(k)
             return self.session
-        draft = self.dash._load(self.draft.value)
+        if self.draft.value == PROMPT_LOOKUP:
+            from explorer.engine.speculative import PromptLookup
+
+            draft = PromptLookup()
+        else:
+            draft = self.dash._load(self.draft.value)
         session = SpeculativeSession(
             target,
             draft,
@@ -286,6 +296,17 @@ class SpeculativeTab(Tab):
             f"{stats['draft_s'] * 1e3:.1f} ms, verify passes {stats['verify_s'] * 1e3:.1f} ms "
             f"(measured). Text: {self.session.text[-120:]!r}"
         )
+        last = rounds[-1]
+        if self.session.lookup is not None:
+            self.status.value += f"<br>Round {last.index}: " + (
+                f"copied {last.k} ids from positions {last.lookup['from']}..{last.lookup['to'] - 1} "
+                f"after a {last.lookup['n']}-gram match"
+                if last.lookup
+                else "no earlier n-gram matched: a plain target step"
+            )
+
+
+PROMPT_LOOKUP = "prompt lookup (no draft model)"  # the draft copies n-gram continuations
 
 
 def _check_k(k) -> int:
