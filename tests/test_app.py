@@ -1043,4 +1043,4 @@ def test_speculative_tab_drafts_by_prompt_lookup(tiny):
     d.parts["spec-bench"].click()
     assert "prompt lookup has none" in message(d) and d.guard.busy is None
     d.parts["spec-step"].click()
-    assert len(spec.session.rounds) == 2 and d.guard.errors == [], d.guard.errors
+    assert len(spec.session.rounds) == 2 and len(d.guard.errors) == 1  # the refusal only
