@@ -109,13 +109,15 @@ class InsideTab(Tab):
         self.lens = self.dash.session.logit_lens(index)
         plots.redraw(self.charts["inside-lens"], plots.lens_figure(self.lens))
         last = self.lens[-1]
-        decided = next(
-            (r["layer"] for r in self.lens if r["rank_chosen"] == 0), last["layer"]
-        )  # the first layer whose top token is the finally chosen one
+        decided = next((r["layer"] for r in self.lens if r["rank_chosen"] == 0), None)
+        where = (
+            f"first tops the lens at layer {decided} (layers 0..{last['layer']})"
+            if decided is not None
+            else f"never tops the lens (it was sampled at rank {last['rank_chosen']})"
+        )
         self.text.value = (
-            f"Step {'(pending)' if index is None else index}: the chosen token is the lens's top "
-            f"token from layer {decided} of {last['layer']} on; at the last layer its probability "
-            f"is {last['prob_chosen']:.3f}."
+            f"Step {'(pending)' if index is None else index}: the chosen token {where}; at the "
+            f"last layer its probability is {last['prob_chosen']:.3f}."
         )
         self.dash.guard.say("Logit lens done.", "ok")
 
