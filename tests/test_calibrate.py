@@ -92,6 +92,18 @@ def test_regime_map_measures_a_grid_and_calibrates_the_bundled_model(target):
         again = sweeps.run("regime-map", target, batches=[2], contexts=[48], repeats=1, bar=False)
         assert again.latency_s_calibrated.notna().all()
         assert again.attrs["calibration"]["models"] == ["bundled:target"]
+        batch = sweeps.run("batch", target, batches=[1, 2], repeats=1, bar=False)
+        cal_again = calibrate.Calibration.from_dict(batch.attrs["calibration"])
+        row = batch.iloc[1]
+        assert row.latency_s_calibrated == pytest.approx(
+            cal_again.predict(
+                bytes=row.bytes_modelled, flops=row.flops_modelled, layers=target.info.layers
+            )
+        )
+        from explorer import plots
+
+        line = next(t for t in plots.sweep("batch", batch).data if t.name.startswith("calibrated"))
+        assert list(line.y) == pytest.approx(list(batch.latency_s_calibrated * 1e3))
         s = Session(target, "The return", Sampling(greedy=True), max_new_tokens=3)
         s.run()
         assert s.trace.calibration is not None  # saved with the trace

@@ -189,6 +189,7 @@ def _batch_columns(df) -> Columns:
         "per user (measured)": {"x": x, "y": _col(df, "tokens_per_s_per_user_measured")},
         "step latency (measured)": {"x": x, "y": _col(df, "latency_s_measured", 1e3)},
         "bound (modelled)": {"x": x, "y": _col(df, "bound_s_modelled", 1e3)},
+        "calibrated (modelled: fitted)": {"x": x, "y": _col(df, "latency_s_calibrated", 1e3)},
     }
 
 
@@ -224,6 +225,7 @@ def _batch_sweep_figure() -> go.Figure:
     _add(fig, 1, "per user (measured)", "#9467bd", _MEASURED)
     _add(fig, 2, "step latency (measured)", "#1f77b4", _MEASURED)
     _add(fig, 2, "bound (modelled)", "#1f77b4", _MODELLED)
+    _add(fig, 2, "calibrated (modelled: fitted)", "#937860", _MODELLED)
     fig.update_xaxes(title_text="batch size", type="log")
     fig.update_yaxes(title_text="tokens/s", type="log", row=1, col=1)
     fig.update_yaxes(title_text="ms", row=1, col=2, rangemode="tozero")

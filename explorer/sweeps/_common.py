@@ -150,7 +150,12 @@ def attrs(
     columns,
     **extra,
 ) -> dict[str, Any]:
+    from explorer.costs.calibrate import active
+
     peaks_d = plain_peaks(peaks)
+    if "calibration" not in extra and "latency_s_calibrated" in columns:
+        cal = active(lm.info.name, str(lm.device), lm.info.dtype)  # what latency_s_calibrated used
+        extra["calibration"] = cal.to_dict() if cal is not None else None
     return {
         "sweep": sweep,
         "model": lm.info.name,
@@ -176,8 +181,19 @@ def frame(rows: list[dict], columns: list[str], attrs: dict) -> pd.DataFrame:
 
 
 def modelled(
-    info: ModelInfo, peaks, *, batch: int, tokens_fed: int, context_len: int, use_cache: bool = True
+    info: ModelInfo,
+    peaks,
+    *,
+    batch: int,
+    tokens_fed: int,
+    context_len: int,
+    use_cache: bool = True,
+    calibration=None,
 ) -> dict[str, Any]:
+    """The cost model's figures for one pass, and latency_s_calibrated: the prediction of
+    `calibration` (default: the one in use for this model, explorer.costs.calibrate.use), or None."""
+    from explorer.costs.calibrate import active
+
     cost = costs.forward_cost(
         info,
         batch=batch,
@@ -187,12 +203,18 @@ def modelled(
         logits_positions=1,
     )
     bound_s, bound = costs.roofline(cost.total_flops, cost.bound_bytes, peaks)
+    cal = calibration or active(info.name, info.device, info.dtype)
     return {
         "flops_modelled": cost.total_flops,
         "bytes_modelled": cost.bound_bytes,
         "intensity_modelled": cost.intensity,
         "bound_s_modelled": bound_s,
         "bound_modelled": bound,
+        "latency_s_calibrated": (
+            cal.predict(bytes=cost.bound_bytes, flops=cost.total_flops, layers=info.layers)
+            if cal is not None
+            else None
+        ),
     }
 
 

@@ -45,6 +45,7 @@ COLUMNS = [
     "intensity_modelled",
     "bound_s_modelled",
     "bound_modelled",
+    "latency_s_calibrated",
     "tokens_per_s_total_bound_modelled",
     "knee_batch_modelled",
     "achieved_gbps_derived",

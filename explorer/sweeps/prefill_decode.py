@@ -41,6 +41,7 @@ COLUMNS = [
     "intensity_modelled",
     "bound_s_modelled",
     "bound_modelled",
+    "latency_s_calibrated",
     "achieved_gbps_derived",
     "pct_of_peak_bw_derived",
 ]

@@ -138,13 +138,9 @@ def run(
         )
         del cache
         latency = statistics.median(samples)
-        model = modelled(lm.info, peaks, batch=B, tokens_fed=1, context_len=ctx)
+        model = modelled(lm.info, peaks, batch=B, tokens_fed=1, context_len=ctx, calibration=cal)
         kv = float(shape.kv_bytes_per_token * B * (ctx - 1))
-        predicted = (
-            cal.predict(bytes=model["bytes_modelled"], flops=model["flops_modelled"], layers=layers)
-            if cal is not None
-            else None
-        )
+        predicted = model["latency_s_calibrated"]
         row = {
             "batch": B,
             "context_len": ctx,
@@ -155,7 +151,6 @@ def run(
             "kv_bytes_modelled": kv,
             "kv_over_weights_modelled": kv / lm.info.weight_bytes,
             "bound_err_pct_derived": (model["bound_s_modelled"] - latency) / latency * 100,
-            "latency_s_calibrated": predicted,
             "calibrated_err_pct_derived": (
                 (predicted - latency) / latency * 100 if predicted is not None else None
             ),
