@@ -66,7 +66,10 @@ def test_prefix_cache_bad_input_is_refused_with_a_reason(target, draft, pc):
         Session(target, [pc.ids + [1], pc.ids + [1, 2]], prefix_cache=pc)
     with pytest.raises(ValueError, match="the prefix has 600 tokens; bundled:target holds 512"):
         PrefixCache(target, [1] * 600)
-    copy = PrefixCache.from_cache(target, pc.ids, pc.cache)
+    done = Session(target, pc.ids + [11, 12], explorer.Sampling(greedy=True))
+    done.step()
+    copy = PrefixCache.from_session(done, pc.ids)
+    assert torch.allclose(copy.cache.layers[0].keys, pc.cache.layers[0].keys, atol=1e-5)
     assert (
         copy.build_s == 0 and copy.head(5).ids == pc.ids[:5] and copy.shared_with(pc.ids[:7]) == 7
     )

@@ -662,9 +662,14 @@ class Dashboard:
         self.strip_text.reset(steps, self.color_by)
         self.strip.reset(steps, {"xaxis.range": plots.strip_range(steps[-1].index if steps else 0)})
 
+    def shown_index(self) -> int | None:
+        """The step the views show: the selected one, else the latest (None before any step)."""
+        steps = self.session.steps
+        return self.selected if self.selected is not None else (len(steps) - 1 if steps else None)
+
     def _show_distribution(self) -> None:
         steps = self.session.steps
-        index = self.selected if self.selected is not None else (len(steps) - 1 if steps else None)
+        index = self.shown_index()
         self.dist.show(steps[index] if index is not None else None, self.run_settings.top_n)
         if index is not None and self.inspect.value != index:
             self._write_quietly(lambda: setattr(self.inspect, "value", index))

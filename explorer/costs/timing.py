@@ -61,6 +61,17 @@ def time_call(fn: Callable[[], object], device: torch.device | str) -> tuple[obj
     return out, timer.seconds
 
 
+def alternate(arms: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Each arm's sample (a callable returning one number, e.g. seconds), `repeats` times, in
+    alternating order (A B, B A, ...) so slow drift in a shared machine's load hits every arm alike."""
+    names = list(arms)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for n in names if r % 2 == 0 else names[::-1]:
+            out[n].append(arms[n]())
+    return out
+
+
 @dataclass
 class Measurement:
     """Repeated timings of one thing: median and spread, with how it was measured."""

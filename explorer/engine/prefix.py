@@ -13,67 +13,65 @@ refused. This is what vLLM's automatic prefix caching and SGLang's RadixAttentio
 
 from __future__ import annotations
 
-import time
-
 import torch
 from transformers import DynamicCache
 
-from explorer.costs.timing import synchronize
+from explorer.costs.timing import Measurement, Timer, alternate, time_call
 from explorer.engine.passes import copy_cache, crop_cache, forward, kv_cache_bytes
+
+
+def _owner(lm) -> tuple:
+    """What a prefix cache belongs to: model name, dtype, device, and that very model object."""
+    return (lm.info.name, lm.info.dtype, str(lm.device), id(lm.model))
 
 
 class PrefixCache:
     """The KV cache of `prefix` (text or token ids) on `lm`, built once (build_s: measured)."""
 
-    def __init__(self, lm, prefix, *, _cache: DynamicCache | None = None):
+    def __init__(self, lm, prefix):
         from explorer.engine.session import _encode
 
         ids = _encode(lm, prefix)
-        if not ids:
-            raise ValueError("the prefix is empty: nothing to cache")
         limit = lm.info.max_positions
         if limit and len(ids) >= limit:
             raise ValueError(
                 f"the prefix has {len(ids)} tokens; {lm.info.name} holds {limit} positions"
             )
-        self.ids = list(ids)
-        self.model_name, self.dtype, self.device = lm.info.name, lm.info.dtype, str(lm.device)
-        self._model_id = id(lm.model)
-        if _cache is not None:  # from_cache(): KV some earlier pass already computed
-            cache, self.build_s = _cache, 0.0
-        else:
-            cache = DynamicCache()
-            synchronize(lm.device)
-            t0 = time.perf_counter()
-            forward(lm.model, torch.tensor([self.ids], device=lm.device), cache, last_only=True)
-            synchronize(lm.device)
-            self.build_s = time.perf_counter() - t0  # the prefill every later Session skips
-        self.cache = cache
+        cache = DynamicCache()
+        feed = torch.tensor([ids], device=lm.device)
+        _, build_s = time_call(lambda: forward(lm.model, feed, cache, last_only=True), lm.device)
+        self._hold(_owner(lm), ids, cache, build_s)  # build_s: the prefill later Sessions skip
+
+    def _hold(self, owner: tuple, ids: list[int], cache: DynamicCache, build_s: float) -> None:
+        self._owner = owner  # (model name, dtype, device, id of the model object)
+        self.model_name, self.dtype, self.device = owner[:3]
+        self.ids, self.cache, self.build_s = list(ids), cache, build_s
         self.bytes = kv_cache_bytes(cache)
 
     @classmethod
-    def from_cache(cls, lm, ids: list[int], cache: DynamicCache) -> PrefixCache:
-        """The prefix `ids` from a cache that already holds at least their KV (row 0, e.g. a finished
-        Session's): copied and cropped, nothing recomputed (build_s = 0)."""
-        held = cache.get_seq_length()
+    def _of(cls, owner: tuple, ids: list[int], cache: DynamicCache) -> PrefixCache:
+        out = cls.__new__(cls)
+        out._hold(owner, ids, cache, 0.0)  # from KV already computed: nothing was prefilled
+        return out
+
+    @classmethod
+    def from_session(cls, session, ids: list[int]) -> PrefixCache:
+        """The prefix `ids` from a Session whose cache already holds their KV (row 0): copied and
+        cropped, nothing recomputed (build_s = 0)."""
+        held = session._cache.get_seq_length() if session._cache is not None else 0
         if held < len(ids):
-            raise ValueError(f"the cache holds {held} positions, fewer than the {len(ids)} ids")
-        copy = crop_cache(copy_cache(cache), len(ids))
-        if copy.layers and copy.layers[0].keys.shape[0] > 1:
+            raise ValueError(f"the session's cache holds {held} positions, fewer than {len(ids)}")
+        cache = crop_cache(copy_cache(session._cache), len(ids))
+        if session.batch_size > 1:
             with torch.inference_mode():
-                for layer in copy.layers:
-                    layer.keys, layer.values = layer.keys[:1], layer.values[:1]
-        return cls(lm, list(ids), _cache=copy)
+                cache.batch_select_indices(torch.tensor([0], device=session.device))
+        return cls._of(_owner(session.lm), ids, cache)
 
     def head(self, n: int) -> PrefixCache:
         """The first n tokens of this prefix, as a prefix cache of their own (a copy)."""
         if not 1 <= n <= len(self.ids):
             raise ValueError(f"a head of 1..{len(self.ids)} tokens, got {n}")
-        out = PrefixCache.__new__(PrefixCache)
-        out.__dict__.update(self.__dict__)
-        out.ids, out.cache = self.ids[:n], crop_cache(copy_cache(self.cache), n)
-        out.bytes = kv_cache_bytes(out.cache)
-        return out
+        return PrefixCache._of(self._owner, self.ids[:n], crop_cache(copy_cache(self.cache), n))
 
     def shared_with(self, ids: list[int]) -> int:
         """How many leading tokens `ids` share with this prefix."""
@@ -95,9 +93,8 @@ class PrefixCache:
 
     def check_model(self, lm) -> None:
         """ValueError naming both when `lm` is not the model (and dtype, device) the prefix was built on."""
-        mine = (self.model_name, self.dtype, self.device)
-        theirs = (lm.info.name, lm.info.dtype, str(lm.device))
-        if mine != theirs or id(lm.model) != self._model_id:
+        mine, theirs = self._owner[:3], _owner(lm)[:3]
+        if self._owner != _owner(lm):
             raise ValueError(
                 f"this prefix cache was built on {self.model_name} ({self.dtype}, {self.device}); "
                 f"the session runs {lm.info.name} ({lm.info.dtype}, {lm.device})"
@@ -144,9 +141,8 @@ def prefix_benchmark(
     device sync) with and without a PrefixCache, alternately (ABBA) after one warm-up of each, and
     the largest difference between their next-token logits. The prefix is DEFAULT_PREFIX repeated
     to about prefix_tokens tokens (random ids for a model without a tokenizer)."""
-    from explorer.costs.timing import Measurement, Timer, time_call
     from explorer.engine.sampling import Sampling
-    from explorer.engine.session import Session, _check_int
+    from explorer.engine.session import Session, _check_int, _encode
 
     _check_int("prefix_tokens", prefix_tokens, 1)
     _check_int("repeats", repeats, 1)
@@ -159,13 +155,11 @@ def prefix_benchmark(
     pc = PrefixCache(lm, prefix)
     if question is None:
         question = (
-            lm.tokenizer("Question: how do I read a file line by line?\nAnswer:")["input_ids"]
+            "Question: how do I read a file line by line?\nAnswer:"
             if lm.tokenizer is not None
             else list(range(3, 19))
         )
-    ids = pc.ids + list(
-        question if isinstance(question, list) else lm.tokenizer(question)["input_ids"]
-    )
+    ids = pc.ids + _encode(lm, question)
 
     def first(cached: bool):
         s = Session(lm, ids, Sampling(greedy=True), prefix_cache=pc if cached else None)
@@ -174,11 +168,13 @@ def prefix_benchmark(
 
     a, b = first(True), first(False)  # warm-up, and the logits compared
     diff = float((a._last[1] - b._last[1]).abs().max())
-    times = {"cached": [], "plain": []}
-    for r in range(repeats):
-        order = (("plain", False), ("cached", True))
-        for name, flag in order if r % 2 == 0 else order[::-1]:
-            times[name].append(time_call(lambda flag=flag: first(flag), lm.device)[1])
+    times = alternate(
+        {
+            "plain": lambda: time_call(lambda: first(False), lm.device)[1],
+            "cached": lambda: time_call(lambda: first(True), lm.device)[1],
+        },
+        repeats,
+    )
     method = Timer(lm.device).method
     cached = Measurement(times["cached"], warmup=1, method=method)
     plain = Measurement(times["plain"], warmup=1, method=method)

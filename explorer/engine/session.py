@@ -99,9 +99,9 @@ class Session:
         self.prompt_len = max(len(r) for r in rows)  # padded length
         self._ids, self._mask = _left_pad(rows, self._pad, self.device)  # [B, P], [B, P] or None
         self.prefix_cache = (
-            prefix_cache  # explorer.engine.prefix.PrefixCache: copied, not recomputed
+            prefix_cache  # explorer.engine.prefix.PrefixCache: copied in, not recomputed
         )
-        self._rows = rows
+        self._rows = rows  # the prompt rows, for the prefix check of _fresh_cache()
         self._cache = self._fresh_cache()
         self._gen = make_generator(sampling.seed)
         self._gen_states: list[torch.Tensor] = []  # generator state before each step, for rewind
@@ -780,7 +780,7 @@ def overhead_benchmark(
     Session with stop_at_eos=False). Repeats alternate the order (ABBA) so slow drift in a shared
     machine's load hits both alike. Returns medians and the ratio session / generate.
     """
-    from explorer.costs.timing import Measurement, synchronize, time_call
+    from explorer.costs.timing import Measurement, alternate, synchronize, time_call
 
     _check_int("new_tokens", new_tokens, 1)
     _check_int("repeats", repeats, 1)
@@ -814,11 +814,13 @@ def overhead_benchmark(
     for _ in range(warmup):
         gen_out, session = run_generate(), run_session()
     synchronize(dev)
-    times: dict[str, list[float]] = {"generate": [], "session": []}
-    for r in range(repeats):
-        order = (("generate", run_generate), ("session", run_session))
-        for name, fn in order if r % 2 == 0 else order[::-1]:
-            times[name].append(time_call(fn, dev)[1])
+    times = alternate(
+        {
+            "generate": lambda: time_call(run_generate, dev)[1],
+            "session": lambda: time_call(run_session, dev)[1],
+        },
+        repeats,
+    )
     g = Measurement(times["generate"], warmup=warmup, method=Timer(dev).method)
     s = Measurement(times["session"], warmup=warmup, method=Timer(dev).method)
     gen_tokens = gen_out[0, len(prompt_ids) :].tolist() if warmup else None
@@ -856,7 +858,7 @@ def inside_benchmark(
     attention view and profile_step() before each of its runs. Both then make `new_tokens` greedy
     tokens through a normal Session; per-token time is the median over repeats of the Steps' own
     forward latencies. Returns both medians, their ratio, and the hook counts left on each model."""
-    from explorer.costs.timing import Measurement
+    from explorer.costs.timing import Measurement, alternate
     from explorer.inside import hook_count
     from explorer.model.loader import LoadedModel
 
@@ -885,11 +887,7 @@ def inside_benchmark(
 
     for _ in range(warmup):
         run("plain"), run("inside")
-    per_token: dict[str, list[float]] = {"plain": [], "inside": []}
-    for r in range(repeats):
-        order = ("plain", "inside") if r % 2 == 0 else ("inside", "plain")
-        for which in order:
-            per_token[which].append(run(which))
+    per_token = alternate({"plain": lambda: run("plain"), "inside": lambda: run("inside")}, repeats)
     method = Timer(lm.device).method
     plain = Measurement(per_token["plain"], warmup=warmup, method=method)
     inside = Measurement(per_token["inside"], warmup=warmup, method=method)

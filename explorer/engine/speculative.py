@@ -1066,7 +1066,7 @@ def lookup_benchmark(
     tokens (EOS ignored) both ways, timed alternately (ABBA, wall clock after a device sync) after
     one warm-up of each. Rows: prompt, alpha, tokens_per_round, rounds, greedy_equal, both medians,
     speedup = plain / lookup (measured)."""
-    from explorer.costs.timing import time_call
+    from explorer.costs.timing import alternate, time_call
     from explorer.engine.session import Session
 
     check_k(k)
@@ -1094,11 +1094,13 @@ def lookup_benchmark(
             return s
 
         base, spec = plain(), lookup()  # warm-up, and the outputs compared
-        times: dict[str, list[float]] = {"plain": [], "lookup": []}
-        for r in range(repeats):
-            order = (("plain", plain), ("lookup", lookup))
-            for label, fn in order if r % 2 == 0 else order[::-1]:
-                times[label].append(time_call(fn, lm.device)[1])
+        times = alternate(
+            {
+                "plain": lambda f=plain: time_call(f, lm.device)[1],
+                "lookup": lambda f=lookup: time_call(f, lm.device)[1],
+            },
+            repeats,
+        )
         st = round_stats(spec.rounds)
         t_plain, t_lookup = statistics.median(times["plain"]), statistics.median(times["lookup"])
         rows.append(

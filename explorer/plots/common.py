@@ -108,6 +108,12 @@ def show_token(text: str) -> str:
     return text.replace(" ", "·").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍")
 
 
+def _field(obj: Any, name: str, default=None):
+    """A field of a record given as an object or as its plain dict (Trace.rounds holds dicts;
+    a Step or its split dict)."""
+    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+
+
 def _num(x: float | None) -> float:
     return float("nan") if x is None else float(x)
 

@@ -9,7 +9,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer.engine.trace import Trace
-from explorer.plots.common import Columns, _arr, _layout, _num, _objs, extend, replace, show_token
+from explorer.plots.common import (
+    Columns,
+    _arr,
+    _field,
+    _layout,
+    _num,
+    _objs,
+    extend,
+    replace,
+    show_token,
+)
 
 OUTCOME_COLORS = {
     "accepted": "#2ca02c",
@@ -19,11 +29,6 @@ OUTCOME_COLORS = {
     "bonus": "#1f77b4",
 }
 SPEC_ROUNDS_WINDOW = 24
-
-
-def _field(obj: Any, name: str, default=None):
-    """A field of a Round given as an object or as its to_dict() (Trace.rounds holds dicts)."""
-    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
 
 
 def rounds_figure(*, height: int = 380) -> go.Figure:

@@ -16,14 +16,9 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer.costs.split import MEMORY_PARTS
-from explorer.plots.common import PART_COLORS, _layout
+from explorer.plots.common import PART_COLORS, _field, _layout
 
 SPLIT_COLORS = {**PART_COLORS, "compute": "#8172b3", "overhead": "#937860"}
-_UNITS = {"s": 1e3}  # seconds are drawn in ms
-
-
-def _get(obj: Any, name: str):
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
 def split_stack(obj: Any) -> dict[str, float] | None:
@@ -32,21 +27,21 @@ def split_stack(obj: Any) -> dict[str, float] | None:
     obj: a Step (its split fields) or a dict from explorer.costs.split; None without a split."""
     if isinstance(obj, dict) and obj.get("stack"):
         return dict(obj["stack"])
-    floors, overhead = _get(obj, "floors"), _get(obj, "overhead_s")
+    floors, overhead = _field(obj, "floors"), _field(obj, "overhead_s")
     if not floors or overhead is None:
         return None
-    binding = MEMORY_PARTS if _get(obj, "bound") == "memory" else ("compute",)
+    binding = MEMORY_PARTS if _field(obj, "bound") == "memory" else ("compute",)
     return {k: floors.get(k, 0.0) for k in binding} | {"overhead": overhead}
 
 
 def split_title(obj: Any) -> str:
     """'step 7 (decode): 5.9 ms measured = 0.36 ms bound + 5.5 ms overhead · MBU 0.04 · MFU 0.00 · overhead-bound'."""
-    lat, bound_s = _get(obj, "latency_s"), _get(obj, "bound_s")
-    index, phase = _get(obj, "index"), _get(obj, "phase")
+    lat, bound_s = _field(obj, "latency_s"), _field(obj, "bound_s")
+    index, phase = _field(obj, "index"), _field(obj, "phase")
     head = f"step {index} ({phase})" if index is not None else "this step"
     if lat is None or bound_s is None:
         return f"{head}: no split (no measured peaks or latency)"
-    mbu, mfu, reg = _get(obj, "mbu"), _get(obj, "mfu"), _get(obj, "regime")
+    mbu, mfu, reg = _field(obj, "mbu"), _field(obj, "mfu"), _field(obj, "regime")
     bits = [
         f"{head}: {lat * 1e3:.3g} ms measured = {bound_s * 1e3:.3g} ms bound + "
         f"{(lat - bound_s) * 1e3:.3g} ms overhead"
@@ -151,7 +146,9 @@ def trust_figure(rows: list[dict] | None = None, *, height: int = 300) -> go.Fig
             return "–"
         if unit == "s":
             return f"{v * 1e3:.3g} ms"
-        return f"{v:.3g}{(' ' + unit) if unit and unit != 'x' else ('x' if unit == 'x' else '')}"
+        if unit == "x":
+            return f"{v:.3g}x"
+        return f"{v:.3g} {unit}".rstrip()
 
     cols = {
         "prediction": [r["prediction"] for r in rows],

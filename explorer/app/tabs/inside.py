@@ -98,14 +98,8 @@ class InsideTab(Tab):
         ):
             plots.redraw(self.charts[name], builder())
 
-    def _index(self) -> int | None:
-        steps = self.dash.session.steps
-        if not steps:
-            return None
-        return self.dash.selected if self.dash.selected is not None else len(steps) - 1
-
     def run_lens(self) -> None:
-        index = self._index()
+        index = self.dash.shown_index()
         self.lens = self.dash.session.logit_lens(index)
         plots.redraw(self.charts["inside-lens"], plots.lens_figure(self.lens))
         last = self.lens[-1]
@@ -122,7 +116,7 @@ class InsideTab(Tab):
         self.dash.guard.say("Logit lens done.", "ok")
 
     def run_attention(self) -> None:
-        index = self._index()
+        index = self.dash.shown_index()
         self.att = self.dash.session.attention(index)
         heads = [(f"head {h}", h) for h in range(self.att["heads"])]
         keep = self.head.value

@@ -160,11 +160,8 @@ class WhyTab(Tab):
 
     def step(self):
         """The step the person is looking at: the selected one, or the latest (None before any)."""
-        steps = self.dash.session.steps
-        if not steps:
-            return None
-        index = self.dash.selected
-        return steps[index] if index is not None and 0 <= index < len(steps) else steps[-1]
+        index = self.dash.shown_index()
+        return None if index is None else self.dash.session.steps[index]
 
     def refresh(self) -> None:
         self.show_split()

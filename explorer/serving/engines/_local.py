@@ -76,7 +76,7 @@ def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting, pr
         stop_at_eos=not ignore_eos,
         prefix_cache=prefix_cache,
     )
-    cached = s._cache.get_seq_length() if prefix_cache is not None else 0  # prompt KV copied in
+    cached = s.trace.settings.get("prefix_cache", {}).get("tokens", 0)  # prompt KV copied in
     start = feeder.now()
     for rec in recs:
         rec.start_s = start

@@ -57,7 +57,7 @@ class Sequential:
     def _remember(self, ids: list[int], session) -> None:
         from explorer.engine.prefix import PrefixCache
 
-        self._prefixes.append(PrefixCache.from_cache(self.lm, ids, session._cache))
+        self._prefixes.append(PrefixCache.from_session(session, ids))
         del self._prefixes[: -self.knobs["prefix_slots"]]
 
     def check(self, requests) -> None:
@@ -74,6 +74,6 @@ class Sequential:
             )
             if self.knobs:
                 self.reused_tokens += len(pc) if pc is not None else 0
-                if s._cache is not None and s._cache.get_seq_length() >= len(ids):
+                if s.steps:  # prefilled: its cache holds the prompt's KV
                     self._remember(ids, s)
         return iterations
