@@ -2,6 +2,8 @@
 
 Everything here is *modelled* (pure arithmetic on the model's shape); nothing is timed. The
 formulas, for batch B, tokens fed n, context length L (cached prefix + fed), dtype size b:
+(matmul weights count their real bytes per value instead of b when the model's weights are
+quantised: an int8 weight is 1 byte plus its per-row scale and zero point, from ModelInfo.linear_bytes)
 
     weights/embedding       B*n rows gathered from the token embedding: B*n*hidden*b
     weights/position_embedding  (GPT-2's learned positions) B*n rows gathered: B*n*hidden*b
@@ -130,6 +132,8 @@ class Shape:
     qkv_bias: bool
     out_bias: bool
     mlp_bias: bool
+    # bytes per matmul weight value by part (scales included): the dtype's size unless quantised
+    linear_bytes: tuple[tuple[str, float], ...] = ()
     # derived in __post_init__ (parameters per layer, matmul parameters per token):
     attn_params: int = field(init=False)
     attn_matmul_params: int = field(init=False)
@@ -177,6 +181,25 @@ class Shape:
     def parameters(self) -> int:
         return sum(parameter_counts(self).values())
 
+    def matmul_bytes(self, part: str) -> float:
+        """Bytes per matmul weight value of a part ("attention", "mlp", "lm_head")."""
+        return dict(self.linear_bytes).get(part, float(self.bytes_per_value))
+
+    def weight_bytes_by_part(self) -> dict[str, float]:
+        """Bytes of every weight part as stored: matmul weights at their real size per value
+        (int8 + scales when quantised), biases, norms and embeddings at the dtype's size."""
+        b = self.bytes_per_value
+        attn_bias = self.attn_params - self.attn_matmul_params
+        mlp_bias = self.mlp_params - self.mlp_matmul_params
+        return {
+            "weights/attention": self.layers
+            * (self.attn_matmul_params * self.matmul_bytes("attention") + attn_bias * b),
+            "weights/mlp": self.layers
+            * (self.mlp_matmul_params * self.matmul_bytes("mlp") + mlp_bias * b),
+            "weights/norms": float((self.layers * self.norm_params + self.final_norm_params) * b),
+            "weights/lm_head": self.vocab * self.hidden * self.matmul_bytes("lm_head"),
+        }
+
 
 def _info_key(info: ModelInfo) -> tuple:
     return (
@@ -192,6 +215,7 @@ def _info_key(info: ModelInfo) -> tuple:
         info.tied_embeddings,
         info.dtype,
         info.parameters,
+        tuple(sorted((info.linear_bytes or {}).items())),
     )
 
 
@@ -202,7 +226,7 @@ def shape_of(info: ModelInfo) -> Shape:
 
 @lru_cache(maxsize=64)
 def _shape(key: tuple) -> Shape:
-    family, layers, hidden, heads, kv, hd, inter, vocab, max_pos, tied, dtype, params = key
+    family, layers, hidden, heads, kv, hd, inter, vocab, max_pos, tied, dtype, params, lin = key
     if family not in FAMILIES:
         raise ValueError(
             f"no cost model for model family {family!r}; known families: {sorted(FAMILIES)}"
@@ -220,6 +244,7 @@ def _shape(key: tuple) -> Shape:
         tied=tied,
         bytes_per_value=dtype_bytes(dtype),
         **FAMILIES[family],
+        linear_bytes=lin,
     )
     if shape.parameters() != params:
         warnings.warn(
@@ -248,7 +273,13 @@ def parameter_counts(shape: Shape) -> dict[str, int]:
 def parameter_bytes(info: ModelInfo) -> dict[str, int]:
     """Bytes of the stored parameters by part; they add up to info.weight_bytes (tests check this)."""
     shape = shape_of(info)
-    return {k: v * shape.bytes_per_value for k, v in parameter_counts(shape).items()}
+    out = {k: v * shape.bytes_per_value for k, v in parameter_counts(shape).items()}
+    stored = shape.weight_bytes_by_part()
+    for k in ("weights/attention", "weights/mlp", "weights/norms"):
+        out[k] = round(stored[k])
+    if not shape.tied:
+        out["weights/lm_head"] = round(stored["weights/lm_head"])
+    return out
 
 
 # --- one forward pass ----------------------------------------------------------------------------
@@ -287,10 +318,7 @@ def forward_bytes(
     parts = {"weights/embedding": float(rows * shape.hidden * b)}
     if shape.learned_positions:
         parts["weights/position_embedding"] = float(rows * shape.hidden * b)
-    parts["weights/attention"] = float(shape.layers * shape.attn_params * b)
-    parts["weights/mlp"] = float(shape.layers * shape.mlp_params * b)
-    parts["weights/norms"] = float((shape.layers * shape.norm_params + shape.final_norm_params) * b)
-    parts["weights/lm_head"] = float(shape.vocab * shape.hidden * b)
+    parts.update(shape.weight_bytes_by_part())  # matmul weights at their real bytes per value
     per_tok = shape.kv_bytes_per_token
     parts["kv_read"] = float(per_tok * batch * (context_len - tokens_fed)) if use_cache else 0.0
     parts["kv_write"] = float(per_tok * batch * tokens_fed) if use_cache else 0.0

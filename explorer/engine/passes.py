@@ -36,6 +36,11 @@ def _accepts_logits_to_keep(model) -> bool:
     return cached
 
 
+def cache_length(cache) -> int:
+    """Positions held by a cache, as an int (a StaticCache answers with a tensor)."""
+    return 0 if cache is None else int(cache.get_seq_length())
+
+
 def forward(
     model,
     input_ids: torch.Tensor,
@@ -43,15 +48,17 @@ def forward(
     attention_mask: torch.Tensor | None = None,
     *,
     last_only: bool = False,
+    fn=None,
 ) -> tuple[torch.Tensor, DynamicCache | None]:
     """One forward pass under inference_mode. Returns float32 logits [B, T, V] (or [B, 1, V] with last_only).
 
     cache=None feeds the whole sequence with no cache; otherwise `input_ids` are the tokens not yet
     in the cache and the cache grows by T. attention_mask [B, L] covers cache + fed tokens (L = past + T);
     positions come from it, so a left-padded batch gives the same logits as each row alone.
-    last_only computes the LM head for the last position only (as generate() does).
+    last_only computes the LM head for the last position only (as generate() does). fn, when
+    given, is called instead of the model (a torch.compile'd model.forward).
     """
-    past = cache.get_seq_length() if cache is not None else 0
+    past = cache_length(cache)
     if attention_mask is not None and attention_mask.shape[1] != past + input_ids.shape[1]:
         raise ValueError(
             f"attention_mask covers {attention_mask.shape[1]} positions but the cache holds {past} "
@@ -59,7 +66,7 @@ def forward(
         )
     kw = {"logits_to_keep": 1} if last_only and _accepts_logits_to_keep(model) else {}
     with torch.inference_mode():
-        out = model(
+        out = (fn or model)(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids(input_ids, past, attention_mask),
@@ -85,7 +92,7 @@ def kv_cache_bytes(cache: DynamicCache | None) -> int:
 
 def crop_cache(cache: DynamicCache, length: int) -> DynamicCache:
     """Keep the first `length` cached positions (no recompute). Returns the same cache object."""
-    have = cache.get_seq_length()
+    have = cache_length(cache)
     if not isinstance(length, int) or not 0 <= length <= have:
         raise ValueError(f"cannot crop a cache of {have} positions to {length!r}")
     if length < have:
@@ -95,9 +102,14 @@ def crop_cache(cache: DynamicCache, length: int) -> DynamicCache:
 
 
 def copy_cache(cache: DynamicCache | None) -> DynamicCache | None:
-    """An independent copy of the cache (cloned tensors), for fork()."""
+    """An independent copy of the cache (cloned tensors), for fork(); a StaticCache stays static."""
     if cache is None:
         return None
+    if not isinstance(cache, DynamicCache):  # StaticCache: same preallocated buffers, cloned
+        import copy
+
+        with torch.inference_mode():
+            return copy.deepcopy(cache)
     with torch.inference_mode():
         data = [
             (layer.keys.clone(), layer.values.clone())

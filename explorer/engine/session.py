@@ -13,11 +13,12 @@ import threading
 from contextlib import contextmanager
 
 import torch
-from transformers import DynamicCache
 
 from explorer.costs.timing import Timer
+from explorer.engine.options import graphs_compiled
 from explorer.engine.passes import (  # noqa: F401  (re-exported: the engine phases)
     _accepts_logits_to_keep,
+    cache_length,
     copy_cache,
     crop_cache,
     forward,
@@ -72,7 +73,13 @@ class Session:
         roofline: bool = True,
         stop_at_eos: bool = True,
         prefix_cache=None,
+        cache: str = "dynamic",
+        cache_len: int | None = None,
+        compile: bool | str = False,
+        weights: str | None = None,
     ):
+        from explorer.engine.options import Compiled, check_cache_type, compile_mode
+
         sampling = Sampling() if sampling is None else sampling
         _check_sampling(sampling)
         SessionOptions(
@@ -82,6 +89,20 @@ class Session:
             max_new_tokens=max_new_tokens,
             stop_at_eos=stop_at_eos,
         )  # validates each against its declared range
+        check_cache_type(cache)
+        mode = compile_mode(compile, lm.device)
+        if not use_cache and (cache == "static" or mode is not None):
+            raise ValueError(
+                "cache='static' and compile= need use_cache=True (they speed up cached decoding)"
+            )
+        if prefix_cache is not None and cache == "static":
+            raise ValueError(
+                "prefix_cache works with cache='dynamic' only (it copies a DynamicCache)"
+            )
+        if weights is not None:
+            from explorer.model.quant import with_weights
+
+            lm = with_weights(lm, weights)  # a converted copy, cached on lm
         self.lm = lm
         self.sampling = dataclasses.replace(
             sampling
@@ -102,6 +123,16 @@ class Session:
             prefix_cache  # explorer.engine.prefix.PrefixCache: copied in, not recomputed
         )
         self._rows = rows  # the prompt rows, for the prefix check of _fresh_cache()
+        self.cache_type = cache if use_cache else None
+        self.cache_len = None
+        if cache == "static":
+            from explorer.engine.options import static_cache_len
+
+            self.cache_len = static_cache_len(
+                self.prompt_len, max_new_tokens, lm.info.max_positions, cache_len
+            )
+        self._compiled = Compiled(lm.model, mode) if mode is not None else None
+        self._recompiles: int | None = None  # graphs compiled during the latest timed pass
         self._cache = self._fresh_cache()
         self._gen = make_generator(sampling.seed)
         self._gen_states: list[torch.Tensor] = []  # generator state before each step, for rewind
@@ -118,10 +149,14 @@ class Session:
             "top_n": self.top_n,
             "batch_size": self.batch_size,
             "max_new_tokens": max_new_tokens,
+            "cache": self.cache_type,
+            "cache_len": self.cache_len,
+            "compile": None if self._compiled is None else self._compiled.to_dict(),
+            "weights": lm.info.weights,
         }
         if prefix_cache is not None:
             settings["prefix_cache"] = {
-                "tokens": self._cache.get_seq_length(),
+                "tokens": cache_length(self._cache),
                 "build_s": prefix_cache.build_s,
             }
         self.trace = Trace(
@@ -135,14 +170,16 @@ class Session:
         self.stop_reason: str | None = None
         self._busy = threading.Lock()
 
-    def _fresh_cache(self) -> DynamicCache | None:
-        """The cache before the prefill: empty, or a copy of the prefix cache's KV."""
+    def _fresh_cache(self):
+        """The cache before the prefill: empty (dynamic or static), or a copy of the prefix's KV."""
+        from explorer.engine.options import new_cache
+
         if not self.use_cache:
             if self.prefix_cache is not None:
                 raise ValueError("prefix_cache needs use_cache=True (it is a KV cache)")
             return None
         if self.prefix_cache is None:
-            return DynamicCache()
+            return new_cache(self.cache_type, self.lm.model, self.cache_len)
         if self._mask is not None:
             raise ValueError(
                 "prefix_cache needs prompt rows of one length (left padding would shift the prefix)"
@@ -437,13 +474,47 @@ class Session:
 
     def _inputs(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """What this forward feeds: the tokens not yet in the cache (all of them without a cache)."""
-        past = self._cache.get_seq_length() if self._cache is not None else 0
+        past = cache_length(self._cache)
         return self._ids[:, past:], self._mask, past  # [B, T], [B, L]
 
     def _timed_forward(self, feed: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        fn = self._compiled_fn(feed, mask)
+        if fn is not None:
+            feed = (
+                feed.clone()
+            )  # a fresh [B, 1] tensor: a slice's stride changes each step (recompiles)
+        before = graphs_compiled() if fn is not None else None
         with self._timer.region():
-            logits, self._cache = forward(self.lm.model, feed, self._cache, mask, last_only=True)
+            logits, self._cache = forward(
+                self.lm.model, feed, self._cache, mask, last_only=True, fn=fn
+            )
+        self._recompiles = None if fn is None else graphs_compiled() - before
         return logits[:, -1]  # [B, V]
+
+    def _compiled_fn(self, feed: torch.Tensor, mask: torch.Tensor | None):
+        """The compiled forward for a decode pass (warmed up on a scratch cache first), else None."""
+        c = self._compiled
+        if c is None or self._cache is None or feed.shape[1] != 1 or not c.active:
+            return None
+        if c.compile_s is None:  # warm up on this cache (dynamo guards on the object), then crop
+            past, grown, feed = cache_length(self._cache), [mask], feed.clone()
+
+            def one_pass(fn):  # a decode pass; the cache grows by one position
+                room = (
+                    None if self.cache_len is None else self.cache_len - cache_length(self._cache)
+                )
+                if room is not None and room < 1:
+                    return
+                forward(self.lm.model, feed, self._cache, grown[0], last_only=True, fn=fn)
+                if grown[0] is not None:
+                    grown[0] = torch.cat([grown[0], grown[0][:, -1:]], dim=1)
+
+            try:
+                c.warm_up(one_pass)
+            finally:
+                crop_cache(self._cache, past)
+            self.trace.settings["compile"] = c.to_dict()
+        return c.fn if c.active else None
 
     def _pick(
         self, final: torch.Tensor, forced: torch.Tensor | None
@@ -482,6 +553,8 @@ class Session:
             reason = "max_new_tokens"
         elif limit and self._ids.shape[1] > limit:
             reason = "max_positions"
+        elif self.cache_len is not None and self._ids.shape[1] > self.cache_len:
+            reason = "cache_len"  # the static cache is full
         else:
             return
         step.stop = self.stop_reason = self.trace.stop_reason = reason
@@ -545,6 +618,10 @@ class Session:
             batch_size=self.batch_size,
             row_tokens=list(tokens) if self.batch_size > 1 else None,
             sampling=self._override,
+            cache_type=self.cache_type,
+            compiled=None if self._compiled is None else self._recompiles is not None,
+            weights=self.lm.info.weights,
+            recompiles=self._recompiles,
         )
         self._fill_costs(step)
         return step

@@ -52,7 +52,9 @@ class Step:
     dtype: str = "float32"
     batch_size: int = 1
     row_tokens: list[int] | None = None  # the token of every row when batch_size > 1
-    stop: str | None = None  # set on the last step: "eos" | "max_new_tokens" | "max_positions"
+    stop: str | None = (
+        None  # set on the last step: "eos" | "max_new_tokens" | "max_positions" | "cache_len"
+    )
     sampling: dict | None = (
         None  # Sampling fields, only when they differ from Trace.settings (set_sampling)
     )
@@ -76,6 +78,11 @@ class Step:
         None  # "memory" | "compute" | "overhead" (explorer.costs.split.REGIME_RULE)
     )
     overhead_floor_s: float | None = None  # measured near-empty forward (explorer.costs.overhead)
+    # Engine options (explorer.engine.options): how this pass ran
+    cache_type: str | None = None  # "dynamic" | "static" (None: no cache)
+    compiled: bool | None = None  # this pass ran the torch.compile'd forward (False: eager)
+    weights: str | None = None  # "fp32" | "bf16" | "fp16" | "int8:fbgemm" | "int8:torchao" | ...
+    recompiles: int | None = None  # new graphs dynamo compiled during this pass (compiled only)
     # Speculative decoding (explorer.engine.speculative): the round that emitted this id, and how:
     round: int | None = None
     origin: str | None = (

@@ -52,6 +52,13 @@ class ModelInfo:
     weight_bytes: int
     random_weights: bool
     hub_id: str | None = None  # for arch: models, where the shape comes from
+    weights: str = (
+        "fp32"  # "fp32" | "bf16" | "fp16" | "int8:fbgemm" | "int8:torchao" | "int4:torchao"
+    )
+    weights_backend: str | None = None  # the library that quantised them (None: a plain cast)
+    # real bytes per matmul weight value by part ("attention", "mlp", "lm_head"), scales included;
+    # None: the dtype's size (explorer.model.quant.weight_inventory)
+    linear_bytes: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,16 +94,33 @@ def load(
     dtype: str | torch.dtype = "auto",
     trust_remote_code: bool = False,
     seed: int = 0,
+    weights: str | None = None,
 ) -> LoadedModel:
-    """Load a model by name (see the module docstring). Never downloads unless given a hub id."""
+    """Load a model by name (see the module docstring). Never downloads unless given a hub id.
+
+    weights: None (the dtype's own), "fp32" | "bf16" | "fp16" (the same as dtype=), or "int8" |
+    "int4" (optionally ":fbgemm" / ":torchao"): weight quantisation through a real library, with
+    activations in `dtype` (explorer.model.quant)."""
+    from explorer.model.quant import FLOAT_WEIGHTS, check_dtype_runs, parse_weights, with_weights
+
     name = model or "bundled:target"
     dev = resolve_device(device)
+    kind = parse_weights(weights)[0] if weights is not None else None
+    if kind in FLOAT_WEIGHTS:
+        if dtype != "auto" and dtype_name(dtype) != FLOAT_WEIGHTS[kind]:
+            raise ValueError(f"weights={weights!r} and dtype={dtype!r} disagree: give one of them")
+        dtype = FLOAT_WEIGHTS[kind]
     dt = resolve_dtype(dtype, dev)
+    check_dtype_runs(dev, dt)
     if name.startswith("bundled:"):
-        return _load_bundled(name, dev, dt)
-    if name.startswith("arch:"):
-        return _load_arch(name, dev, dt, seed)
-    return _load_pretrained(name, dev, dt, trust_remote_code)
+        lm = _load_bundled(name, dev, dt)
+    elif name.startswith("arch:"):
+        lm = _load_arch(name, dev, dt, seed)
+    else:
+        lm = _load_pretrained(name, dev, dt, trust_remote_code)
+    if kind is None or kind in FLOAT_WEIGHTS:
+        return lm
+    return with_weights(lm, weights, copy_model=False)
 
 
 def _load_bundled(name: str, dev: torch.device, dt: torch.dtype) -> LoadedModel:
@@ -269,14 +293,27 @@ def _embedding_params(model: torch.nn.Module) -> int:
 
 
 def model_info(
-    model, *, name: str, source: str, random_weights: bool, hub_id: str | None = None
+    model,
+    *,
+    name: str,
+    source: str,
+    random_weights: bool,
+    hub_id: str | None = None,
+    weights: str | None = None,
+    weights_backend: str | None = None,
 ) -> ModelInfo:
+    from explorer.model.quant import weight_inventory, weights_of
+
     params = _unique_params(model)
     first = params[0]
     config = model.config
     out_emb = model.get_output_embeddings()
-    tied = out_emb is not None and out_emb.weight is model.get_input_embeddings().weight
-    n = sum(p.numel() for p in params)
+    tied = out_emb is not None and getattr(out_emb, "weight", None) is (
+        model.get_input_embeddings().weight
+    )
+    held = weight_inventory(model)  # counts quantized weights too (they are not nn.Parameters)
+    n = held["parameters"]
+    dtype = model.get_input_embeddings().weight.dtype  # the activations' dtype
     return ModelInfo(
         name=name,
         source=source,
@@ -285,11 +322,14 @@ def model_info(
         non_embedding_parameters=n - _embedding_params(model),
         **_config_facts(config),
         tied_embeddings=bool(tied),
-        dtype=dtype_name(first.dtype),
+        dtype=dtype_name(dtype),
         device=str(first.device),
-        weight_bytes=sum(p.numel() * p.element_size() for p in params),
+        weight_bytes=held["bytes"],
         random_weights=random_weights,
         hub_id=hub_id,
+        weights=weights or weights_of(dtype),
+        weights_backend=weights_backend,
+        linear_bytes=held["linear_bytes"] if weights_backend else None,
     )
 
 

@@ -1,0 +1,253 @@
+"""Weights in another precision: fp32 / bf16 / fp16 casts, int8 and int4 weight quantisation through
+real libraries (never a home-made quantiser), and what the weights really hold afterwards.
+
+    with_weights(lm, "int8")          -> a new LoadedModel (a converted copy; lm is unchanged)
+    weight_inventory(model)           -> parameter count, bytes, and bytes per matmul weight by part
+
+Backends, chosen per device unless named ("int8:torchao", "int8:fbgemm"):
+
+    int8 on CPU   torch's fbgemm kernels: torch.ao.quantization.quantize_dynamic(model, {nn.Linear},
+                  per-channel qint8). Weights int8 with one scale and zero point per output row;
+                  activations quantised on the fly per call. Deprecated by torch in favour of
+                  torchao, but its CPU kernels are the fast ones on this kind of machine.
+    int8 on CUDA  torchao quantize_(model, Int8WeightOnlyConfig()).
+    int8:torchao  the same torchao config on any device (on CPU its kernels can be far slower than
+                  fp32: the same idea, another kernel; the ladder shows both).
+    int4          torchao quantize_(model, Int4WeightOnlyConfig()); needs a CUDA GPU (on CPU
+                  torchao 0.18 needs the separate `mslk` kernel package). torchao is the optional
+                  extra `pip install -e '.[quant]'`.
+
+Every nn.Linear is quantised, the LM head included; the token embedding stays in the model dtype
+(with tied embeddings the int8 model therefore holds the embedding plus an int8 copy of the head:
+ModelInfo counts both). GPT-2's attention and MLP are Conv1D, not nn.Linear: the fbgemm path leaves
+them as they are and the inventory says so (their bytes per weight stay those of the dtype).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+from torch import nn
+
+from explorer.model.device import DTYPES, dtype_name
+
+WEIGHTS = ("fp32", "bf16", "fp16", "int8", "int4")
+BACKENDS = {"int8": ("fbgemm", "torchao"), "int4": ("torchao",)}
+FLOAT_WEIGHTS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+class WeightsNotSupportedError(ValueError):
+    """A weights setting this device or this install cannot run; the message names both and why."""
+
+
+def parse_weights(weights: str) -> tuple[str, str | None]:
+    """ "int8" -> ("int8", None); "int8:torchao" -> ("int8", "torchao"); "bf16" -> ("bf16", None)."""
+    if not isinstance(weights, str):
+        raise ValueError(f"weights must be one of {WEIGHTS} (a string), got {weights!r}")
+    kind, _, backend = weights.strip().lower().partition(":")
+    kind = SHORT.get(kind, kind)  # "float32" -> "fp32"
+    if kind not in WEIGHTS:
+        raise ValueError(f"unknown weights {weights!r}; use one of {', '.join(WEIGHTS)}")
+    if backend and backend not in BACKENDS.get(kind, ()):
+        known = BACKENDS.get(kind, ())
+        raise ValueError(
+            f"weights {kind} has no backend {backend!r}; "
+            + (f"use one of {', '.join(known)}" if known else "it takes no backend")
+        )
+    return kind, backend or None
+
+
+def weights_of(dtype: str) -> str:
+    """The weights name of an unquantised model of this dtype: "float32" -> "fp32"."""
+    return SHORT.get(dtype_name(dtype), dtype_name(dtype))
+
+
+def default_backend(kind: str, device: torch.device) -> str | None:
+    if kind == "int8":
+        return "fbgemm" if device.type == "cpu" else "torchao"
+    return "torchao" if kind == "int4" else None
+
+
+def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
+    """Raise WeightsNotSupportedError (naming device and dtype) when a small matmul cannot run."""
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise WeightsNotSupportedError(
+            f"{torch.cuda.get_device_name(device)} ({device}) does not support bfloat16 matmuls; "
+            "use fp16 or fp32"
+        )
+    try:
+        a = torch.ones(8, 8, device=device, dtype=dtype)
+        (a @ a).sum().item()
+    except (RuntimeError, TypeError) as err:
+        raise WeightsNotSupportedError(
+            f"{device} cannot run {dtype_name(dtype)} matmuls here: {str(err).splitlines()[0]}"
+        ) from err
+
+
+def with_weights(lm, weights: str, *, copy_model: bool = True):
+    """A LoadedModel whose weights are `weights` (a converted copy, cached on lm; lm unchanged).
+
+    The same name as lm's own weights returns lm itself. copy_model=False converts lm's own
+    model in place (explorer.load does this: the float model is not kept)."""
+    from explorer.model.loader import LoadedModel, model_info
+
+    kind, backend = parse_weights(weights)
+    backend = backend or default_backend(kind, lm.device)
+    label = kind if backend is None else f"{kind}:{backend}"
+    if label == lm.info.weights or (backend is None and kind == lm.info.weights):
+        return lm
+    if lm.info.weights not in FLOAT_WEIGHTS:
+        raise ValueError(
+            f"{lm.info.name} already has {lm.info.weights} weights; convert from a float model"
+        )
+    variants = lm.__dict__.setdefault("_weight_variants", {}) if copy_model else {}
+    if label in variants:
+        return variants[label]
+    model = copy.deepcopy(lm.model) if copy_model else lm.model
+    if kind in FLOAT_WEIGHTS:
+        dt = DTYPES[FLOAT_WEIGHTS[kind]]
+        check_dtype_runs(lm.device, dt)
+        model = model.to(dt)
+    else:
+        model = _quantize(model, kind, backend, lm.device)
+    info = model_info(
+        model,
+        name=lm.info.name,
+        source=lm.info.source,
+        random_weights=lm.info.random_weights,
+        hub_id=lm.info.hub_id,
+        weights=label if backend else kind,
+        weights_backend=backend,
+    )
+    variants[label] = out = LoadedModel(model=model, tokenizer=lm.tokenizer, info=info)
+    return out
+
+
+def _quantize(model: nn.Module, kind: str, backend: str, device: torch.device) -> nn.Module:
+    if backend == "fbgemm":
+        if device.type != "cpu":
+            raise WeightsNotSupportedError(
+                f"the fbgemm int8 path runs on CPU only, not on {device}; use int8:torchao"
+            )
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            raise WeightsNotSupportedError(
+                "this torch build has no fbgemm quantized engine "
+                f"(engines: {torch.backends.quantized.supported_engines}); use int8:torchao"
+            )
+        import warnings
+
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its deprecation notice: we say why we use it above
+            return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    return _torchao(model, kind, device)
+
+
+def _torchao(model: nn.Module, kind: str, device: torch.device) -> nn.Module:
+    logger = logging.getLogger("torchao")
+    if logger.level == logging.NOTSET:  # its CUDA-only extensions fail to load on CPU: noise
+        logger.setLevel(logging.ERROR)
+    try:
+        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+    except ImportError as err:
+        raise WeightsNotSupportedError(
+            f"{kind} weights through torchao need the torchao package, which is not installed: "
+            "`pip install -e '.[quant]'` (or `pip install torchao`)"
+        ) from err
+    if kind == "int4" and device.type != "cuda":
+        raise WeightsNotSupportedError(
+            f"int4 weights are not supported on {device} here: torchao's Int4WeightOnlyConfig "
+            "has CUDA kernels (on CPU it needs the separate `mslk` package) and torch's own fbgemm "
+            "path has no int4 linear. Use int8, or a CUDA GPU."
+        )
+    config = Int8WeightOnlyConfig() if kind == "int8" else Int4WeightOnlyConfig()
+    try:
+        quantize_(model, config)
+    except Exception as err:  # noqa: BLE001  (the library's reason, named)
+        raise WeightsNotSupportedError(
+            f"torchao could not quantise to {kind} on {device}: {str(err).splitlines()[0]}"
+        ) from err
+    return model
+
+
+# --- what the weights hold -------------------------------------------------------------------------
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Real bytes of a tensor: quantized tensors count their int values plus scales and zero points;
+    tensor subclasses (torchao) the tensors they are made of."""
+    if t.is_quantized:
+        n = t.numel() * t.element_size()  # 1 byte per qint8
+        if t.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            s, z = t.q_per_channel_scales(), t.q_per_channel_zero_points()
+            return n + s.numel() * s.element_size() + z.numel() * z.element_size()
+        return n + 8 + 8  # one double scale, one int64 zero point
+    flatten = getattr(type(t), "__tensor_flatten__", None)
+    if flatten is not None and type(t) not in (torch.Tensor, nn.Parameter):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, n)) for n in names)
+    return t.numel() * t.element_size()
+
+
+def _dynamic_linear(module: nn.Module) -> bool:
+    return callable(getattr(module, "weight", None)) and hasattr(module, "_packed_params")
+
+
+def _linear_weight(module: nn.Module) -> torch.Tensor | None:
+    """The weight of a matmul module (nn.Linear, a dynamic quantized Linear, GPT-2's Conv1D)."""
+    if _dynamic_linear(module):
+        return module.weight()
+    if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
+        return module.weight
+    return None
+
+
+def weight_inventory(model: nn.Module) -> dict:
+    """What the model's weights really hold: {"parameters", "bytes", "linear_bytes": {part: bytes per
+    matmul weight value}}; parts are "attention", "mlp", "lm_head" (from explorer.model.layout).
+
+    Parameters are counted once (tied weights once); a quantized Linear's packed weight and bias are
+    counted too, although they are not nn.Parameters."""
+    seen: set[int] = set()
+    count = nbytes = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            count += p.numel()
+            nbytes += tensor_bytes(p)
+    for m in model.modules():
+        if _dynamic_linear(m):
+            w, b = m.weight(), m.bias()
+            count += w.numel() + (b.numel() if b is not None else 0)
+            nbytes += tensor_bytes(w) + (tensor_bytes(b) if b is not None else 0)
+    return {"parameters": count, "bytes": nbytes, "linear_bytes": _linear_bytes(model)}
+
+
+def _linear_bytes(model: nn.Module) -> dict[str, float] | None:
+    from explorer.model.layout import LayoutError, layout
+
+    try:
+        lay = layout(model)
+    except LayoutError:
+        return None
+    groups = {
+        "attention": [layer.attention for layer in lay.layers],
+        "mlp": [layer.mlp for layer in lay.layers],
+        "lm_head": [lay.lm_head],
+    }
+    out = {}
+    for part, roots in groups.items():
+        n = b = 0
+        for root in roots:
+            for m in root.modules():
+                w = _linear_weight(m)
+                if w is not None:
+                    n += w.numel()
+                    b += tensor_bytes(w)
+        if n:
+            out[part] = b / n
+    return out
