@@ -5,7 +5,8 @@ import torch
 
 from explorer import Sampling, Session
 from explorer.costs.parts import parameter_bytes
-from explorer.model.quant import WeightsNotSupportedError, with_weights
+from explorer.model.loader import with_weights
+from explorer.model.quant import WeightsNotSupportedError
 
 PROMPT = "The cat sat on the"
 

@@ -27,7 +27,6 @@ reason, and every Step has compiled=False.
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import torch
@@ -104,7 +103,7 @@ class Compiled:
         self.active = True
         self.reason: str | None = None
         self.compile_s: float | None = None
-        self.recompiles_at_warmup: int | None = None
+        self.graphs_at_warmup: int | None = None
         store = model.__dict__.setdefault("_explorer_compiled", {})
         if mode not in store:
             try:
@@ -117,30 +116,29 @@ class Compiled:
 
     def _fail(self, err: BaseException) -> None:
         self.active = False
-        self.reason = (
-            f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-        )
+        self.reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
         warnings.warn(
             f"torch.compile failed, running eager instead ({self.reason})",
             RuntimeWarning,
             stacklevel=4,
         )
 
-    def warm_up(self, run) -> None:
-        """Run the compiled forward on scratch inputs (run(fn) does one pass) WARMUP_PASSES times and
-        time it: the one-off compile time."""
+    def warm_up(self, run, device: torch.device) -> None:
+        """Run the compiled forward WARMUP_PASSES times (run(fn) does one pass) and time it,
+        device-synchronised: the one-off compile time."""
+        from explorer.costs.timing import time_call
+
         if self.compile_s is not None or not self.active:
             return
         before = graphs_compiled()
-        t0 = time.perf_counter()
         try:
-            for _ in range(WARMUP_PASSES):
-                run(self.fn)
+            _, self.compile_s = time_call(
+                lambda: [run(self.fn) for _ in range(WARMUP_PASSES)], device
+            )
         except Exception as err:  # noqa: BLE001
             self._fail(err)
             return
-        self.compile_s = time.perf_counter() - t0
-        self.recompiles_at_warmup = graphs_compiled() - before
+        self.graphs_at_warmup = graphs_compiled() - before
 
     def to_dict(self) -> dict:
         return {
@@ -148,5 +146,5 @@ class Compiled:
             "active": self.active,
             "reason": self.reason,
             "compile_s": self.compile_s,
-            "graphs_at_warmup": self.recompiles_at_warmup,
+            "graphs_at_warmup": self.graphs_at_warmup,
         }

@@ -100,7 +100,7 @@ class Session:
                 "prefix_cache works with cache='dynamic' only (it copies a DynamicCache)"
             )
         if weights is not None:
-            from explorer.model.quant import with_weights
+            from explorer.model.loader import with_weights
 
             lm = with_weights(lm, weights)  # a converted copy, cached on lm
         self.lm = lm
@@ -479,10 +479,8 @@ class Session:
 
     def _timed_forward(self, feed: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         fn = self._compiled_fn(feed, mask)
-        if fn is not None:
-            feed = (
-                feed.clone()
-            )  # a fresh [B, 1] tensor: a slice's stride changes each step (recompiles)
+        if fn is not None:  # a fresh [B, 1] tensor: a slice of _ids changes stride each step
+            feed = feed.clone()  # and a new stride is a recompile
         before = graphs_compiled() if fn is not None else None
         with self._timer.region():
             logits, self._cache = forward(
@@ -492,25 +490,23 @@ class Session:
         return logits[:, -1]  # [B, V]
 
     def _compiled_fn(self, feed: torch.Tensor, mask: torch.Tensor | None):
-        """The compiled forward for a decode pass (warmed up on a scratch cache first), else None."""
+        """The compiled forward for a decode pass, else None. The first call warms it up on this
+        session's own cache (dynamo guards on the cache object), then crops the cache back."""
         c = self._compiled
         if c is None or self._cache is None or feed.shape[1] != 1 or not c.active:
             return None
-        if c.compile_s is None:  # warm up on this cache (dynamo guards on the object), then crop
+        if c.compile_s is None:
             past, grown, feed = cache_length(self._cache), [mask], feed.clone()
 
             def one_pass(fn):  # a decode pass; the cache grows by one position
-                room = (
-                    None if self.cache_len is None else self.cache_len - cache_length(self._cache)
-                )
-                if room is not None and room < 1:
-                    return
+                if self.cache_len is not None and cache_length(self._cache) >= self.cache_len:
+                    return  # a full static cache: no room for another scratch pass
                 forward(self.lm.model, feed, self._cache, grown[0], last_only=True, fn=fn)
                 if grown[0] is not None:
                     grown[0] = torch.cat([grown[0], grown[0][:, -1:]], dim=1)
 
             try:
-                c.warm_up(one_pass)
+                c.warm_up(one_pass, self.device)
             finally:
                 crop_cache(self._cache, past)
             self.trace.settings["compile"] = c.to_dict()

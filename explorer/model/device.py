@@ -3,6 +3,7 @@
 resolve_device("auto" | "cpu" | "cuda" | "cuda:1" | "mps")  -> torch.device (clear error when absent)
 resolve_dtype("auto" | "fp32" | "bf16" | ..., device)        -> torch.dtype
 dtype_name(torch.bfloat16 | "bf16")                         -> "bfloat16"
+dtype_problem(device, dtype)                                -> why a matmul cannot run, or None
 available_bytes(device)                                     -> bytes free for new tensors (or None)
 is_out_of_memory(err)                                       -> did the allocator run out?
 """
@@ -106,6 +107,21 @@ def dtype_name(dtype: str | torch.dtype) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(set(DTYPES))}")
     return str(DTYPES[dtype]).replace("torch.", "")
+
+
+def dtype_problem(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the device cannot run a small matmul in this dtype (naming both), or None when it can."""
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        return (
+            f"{torch.cuda.get_device_name(device)} ({device}) does not support bfloat16 matmuls; "
+            "use fp16 or fp32"
+        )
+    try:
+        a = torch.ones(8, 8, device=device, dtype=dtype)
+        (a @ a).sum().item()
+    except (RuntimeError, TypeError) as err:
+        return f"{device} cannot run {dtype_name(dtype)} matmuls here: {str(err).splitlines()[0]}"
+    return None
 
 
 def dtype_bytes(dtype: str | torch.dtype) -> int:

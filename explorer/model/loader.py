@@ -9,6 +9,7 @@ load("/path/to/model")      -> a local folder saved with save_pretrained
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -18,6 +19,15 @@ from typing import Any
 import torch
 
 from explorer.model.device import DTYPES, dtype_bytes, dtype_name, resolve_device, resolve_dtype
+from explorer.model.quant import (
+    FLOAT_WEIGHTS,
+    check_dtype_runs,
+    default_backend,
+    parse_weights,
+    quantize,
+    weight_inventory,
+    weights_of,
+)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODELS_DIR = ASSETS / "models"
@@ -101,8 +111,6 @@ def load(
     weights: None (the dtype's own), "fp32" | "bf16" | "fp16" (the same as dtype=), or "int8" |
     "int4" (optionally ":fbgemm" / ":torchao"): weight quantisation through a real library, with
     activations in `dtype` (explorer.model.quant)."""
-    from explorer.model.quant import FLOAT_WEIGHTS, check_dtype_runs, parse_weights, with_weights
-
     name = model or "bundled:target"
     dev = resolve_device(device)
     kind = parse_weights(weights)[0] if weights is not None else None
@@ -111,7 +119,8 @@ def load(
             raise ValueError(f"weights={weights!r} and dtype={dtype!r} disagree: give one of them")
         dtype = FLOAT_WEIGHTS[kind]
     dt = resolve_dtype(dtype, dev)
-    check_dtype_runs(dev, dt)
+    if dtype != "auto":  # "auto" picks a dtype the device runs
+        check_dtype_runs(dev, dt)
     if name.startswith("bundled:"):
         lm = _load_bundled(name, dev, dt)
     elif name.startswith("arch:"):
@@ -269,16 +278,6 @@ def _config_facts(config) -> dict[str, int]:
     )
 
 
-def _unique_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    seen: set[int] = set()
-    out = []
-    for p in model.parameters():  # parameters() already skips tied duplicates; be explicit anyway
-        if id(p) not in seen:
-            seen.add(id(p))
-            out.append(p)
-    return out
-
-
 def _embedding_params(model: torch.nn.Module) -> int:
     """Token embedding plus learned position embedding (GPT-2's wpe), if any."""
     n = model.get_input_embeddings().weight.numel()
@@ -302,10 +301,7 @@ def model_info(
     weights: str | None = None,
     weights_backend: str | None = None,
 ) -> ModelInfo:
-    from explorer.model.quant import weight_inventory, weights_of
-
-    params = _unique_params(model)
-    first = params[0]
+    first = next(model.parameters())
     config = model.config
     out_emb = model.get_output_embeddings()
     tied = out_emb is not None and getattr(out_emb, "weight", None) is (
@@ -331,6 +327,43 @@ def model_info(
         weights_backend=weights_backend,
         linear_bytes=held["linear_bytes"] if weights_backend else None,
     )
+
+
+def with_weights(lm, weights: str, *, copy_model: bool = True):
+    """A LoadedModel whose weights are `weights` (a converted copy, cached on lm; lm unchanged).
+
+    The same name as lm's own weights returns lm itself. copy_model=False converts lm's own
+    model in place (explorer.load does this: the float model is not kept)."""
+    kind, backend = parse_weights(weights)
+    backend = backend or default_backend(kind, lm.device)
+    label = kind if backend is None else f"{kind}:{backend}"
+    if label == lm.info.weights:
+        return lm
+    if lm.info.weights not in FLOAT_WEIGHTS:
+        raise ValueError(
+            f"{lm.info.name} already has {lm.info.weights} weights; convert from a float model"
+        )
+    variants = lm.__dict__.setdefault("_weight_variants", {}) if copy_model else {}
+    if label in variants:
+        return variants[label]
+    model = copy.deepcopy(lm.model) if copy_model else lm.model
+    if kind in FLOAT_WEIGHTS:
+        dt = DTYPES[FLOAT_WEIGHTS[kind]]
+        check_dtype_runs(lm.device, dt)
+        model = model.to(dt)
+    else:
+        model = quantize(model, kind, backend, lm.device)
+    info = model_info(
+        model,
+        name=lm.info.name,
+        source=lm.info.source,
+        random_weights=lm.info.random_weights,
+        hub_id=lm.info.hub_id,
+        weights=label,
+        weights_backend=backend,
+    )
+    variants[label] = out = LoadedModel(model=model, tokenizer=lm.tokenizer, info=info)
+    return out
 
 
 def arch_info(name: str, dtype: str = "float32") -> ModelInfo:

@@ -1,8 +1,10 @@
 """Weights in another precision: fp32 / bf16 / fp16 casts, int8 and int4 weight quantisation through
 real libraries (never a home-made quantiser), and what the weights really hold afterwards.
 
-    with_weights(lm, "int8")          -> a new LoadedModel (a converted copy; lm is unchanged)
+    quantize(model, kind, backend, device) -> the model with quantised weights (in place)
     weight_inventory(model)           -> parameter count, bytes, and bytes per matmul weight by part
+
+explorer.model.loader.with_weights(lm, "int8") builds a converted LoadedModel from these.
 
 Backends, chosen per device unless named ("int8:torchao", "int8:fbgemm"):
 
@@ -25,13 +27,12 @@ them as they are and the inventory says so (their bytes per weight stay those of
 
 from __future__ import annotations
 
-import copy
 import logging
 
 import torch
 from torch import nn
 
-from explorer.model.device import DTYPES, dtype_name
+from explorer.model.device import dtype_name, dtype_problem
 
 WEIGHTS = ("fp32", "bf16", "fp16", "int8", "int4")
 BACKENDS = {"int8": ("fbgemm", "torchao"), "int4": ("torchao",)}
@@ -73,60 +74,12 @@ def default_backend(kind: str, device: torch.device) -> str | None:
 
 def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
     """Raise WeightsNotSupportedError (naming device and dtype) when a small matmul cannot run."""
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise WeightsNotSupportedError(
-            f"{torch.cuda.get_device_name(device)} ({device}) does not support bfloat16 matmuls; "
-            "use fp16 or fp32"
-        )
-    try:
-        a = torch.ones(8, 8, device=device, dtype=dtype)
-        (a @ a).sum().item()
-    except (RuntimeError, TypeError) as err:
-        raise WeightsNotSupportedError(
-            f"{device} cannot run {dtype_name(dtype)} matmuls here: {str(err).splitlines()[0]}"
-        ) from err
+    why = dtype_problem(device, dtype)
+    if why:
+        raise WeightsNotSupportedError(why)
 
 
-def with_weights(lm, weights: str, *, copy_model: bool = True):
-    """A LoadedModel whose weights are `weights` (a converted copy, cached on lm; lm unchanged).
-
-    The same name as lm's own weights returns lm itself. copy_model=False converts lm's own
-    model in place (explorer.load does this: the float model is not kept)."""
-    from explorer.model.loader import LoadedModel, model_info
-
-    kind, backend = parse_weights(weights)
-    backend = backend or default_backend(kind, lm.device)
-    label = kind if backend is None else f"{kind}:{backend}"
-    if label == lm.info.weights or (backend is None and kind == lm.info.weights):
-        return lm
-    if lm.info.weights not in FLOAT_WEIGHTS:
-        raise ValueError(
-            f"{lm.info.name} already has {lm.info.weights} weights; convert from a float model"
-        )
-    variants = lm.__dict__.setdefault("_weight_variants", {}) if copy_model else {}
-    if label in variants:
-        return variants[label]
-    model = copy.deepcopy(lm.model) if copy_model else lm.model
-    if kind in FLOAT_WEIGHTS:
-        dt = DTYPES[FLOAT_WEIGHTS[kind]]
-        check_dtype_runs(lm.device, dt)
-        model = model.to(dt)
-    else:
-        model = _quantize(model, kind, backend, lm.device)
-    info = model_info(
-        model,
-        name=lm.info.name,
-        source=lm.info.source,
-        random_weights=lm.info.random_weights,
-        hub_id=lm.info.hub_id,
-        weights=label if backend else kind,
-        weights_backend=backend,
-    )
-    variants[label] = out = LoadedModel(model=model, tokenizer=lm.tokenizer, info=info)
-    return out
-
-
-def _quantize(model: nn.Module, kind: str, backend: str, device: torch.device) -> nn.Module:
+def quantize(model: nn.Module, kind: str, backend: str, device: torch.device) -> nn.Module:
     if backend == "fbgemm":
         if device.type != "cpu":
             raise WeightsNotSupportedError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import statistics
 import threading
 from collections.abc import Iterable
@@ -13,8 +12,9 @@ import torch
 from explorer.costs import hardware
 from explorer.costs.timing import Timer
 from explorer.engine.passes import forward, kv_cache_bytes
-from explorer.model.device import DTYPES, dtype_name, resolve_device
-from explorer.model.loader import LoadedModel, load, model_info
+from explorer.model.device import DTYPES, dtype_name, dtype_problem, resolve_device
+from explorer.model.loader import LoadedModel, load, with_weights
+from explorer.model.quant import weights_of
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import COLUMNS as GLOSSARY
 from explorer.sweeps._common import (
@@ -53,31 +53,14 @@ COLUMNS = [
 
 def dtype_supported(device: torch.device, dt: torch.dtype) -> bool:
     """Whether the device runs a matmul in this dtype."""
-    if device.type == "cuda" and dt == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        return False
-    try:
-        a = torch.ones(8, 8, device=device, dtype=dt)
-        (a @ a).sum().item()
-    except (RuntimeError, TypeError):
-        return False
-    return True
+    return dtype_problem(device, dt) is None
 
 
 def in_dtype(lm: LoadedModel | str, dt: torch.dtype, device) -> LoadedModel:
-    """The model converted to dt (a copy; a name is loaded in dt)."""
+    """The model converted to dt (a copy, cached on lm; a name is loaded in dt)."""
     if isinstance(lm, str):
         return load(lm, device=device, dtype=dt)
-    if lm.model.dtype == dt:
-        return lm
-    model = copy.deepcopy(lm.model).to(dt)
-    info = model_info(
-        model,
-        name=lm.info.name,
-        source=lm.info.source,
-        random_weights=lm.info.random_weights,
-        hub_id=lm.info.hub_id,
-    )
-    return LoadedModel(model=model, tokenizer=lm.tokenizer, info=info)
+    return with_weights(lm, weights_of(dt))
 
 
 def run(
