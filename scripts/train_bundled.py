@@ -21,8 +21,10 @@ Usage::
     python scripts/train_bundled.py                 # full run -> assets/models/
     python scripts/train_bundled.py --quick --out /tmp/bundled   # smoke test
 
-This script deliberately depends only on torch, tokenizers and transformers
-(not on the ``explorer`` package).
+This script depends on torch, tokenizers and transformers, and takes the corpus
+cutting and the validation split from ``explorer/model/corpus.py`` (standard
+library only), which the ladder sweep uses to score perplexity on the same
+held-out text.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
 import importlib
 import inspect
 import io
@@ -38,7 +39,6 @@ import json
 import math
 import os
 import platform
-import re
 import sys
 import time
 import warnings
@@ -59,6 +59,14 @@ from transformers import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # explorer/model/corpus.py, from a clone without installing
+from explorer.model.corpus import (  # noqa: E402
+    clean_text,
+    is_validation_doc,
+    pydoc_topic_documents,
+    split_paragraph_groups,
+)
+
 DEFAULT_OUT = REPO_ROOT / "assets" / "models"
 
 BOS_EOS_TOKEN = "<|endoftext|>"
@@ -203,40 +211,6 @@ DRAFT_SPEC = ModelSpec(
 # --------------------------------------------------------------------------
 
 
-def clean_text(text: str) -> str:
-    """Lightly normalise whitespace: tabs, trailing spaces, runs of blank lines."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(4)
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
-    text = re.sub(r"\n{3,}", "\n\n", text)
-    return text.strip()
-
-
-def split_paragraph_groups(text: str, max_chars: int = 2000) -> list[str]:
-    """Split a long text at blank lines into pieces of at most ~max_chars."""
-    pieces: list[str] = []
-    current: list[str] = []
-    size = 0
-    for para in text.split("\n\n"):
-        if current and size + len(para) > max_chars:
-            pieces.append("\n\n".join(current))
-            current, size = [], 0
-        current.append(para)
-        size += len(para) + 2
-    if current:
-        pieces.append("\n\n".join(current))
-    return pieces
-
-
-def pydoc_topic_documents() -> list[str]:
-    """The reference-manual topics shipped in ``pydoc_data``, in sorted order."""
-    from pydoc_data.topics import topics
-
-    docs: list[str] = []
-    for name in sorted(topics):
-        docs.extend(split_paragraph_groups(clean_text(topics[name])))
-    return docs
-
-
 def import_quietly(name: str) -> Any:
     """Import a module while swallowing anything it prints or warns."""
     with (
@@ -324,12 +298,6 @@ def deduplicate(docs: Iterable[str]) -> list[str]:
             seen.add(doc)
             unique.append(doc)
     return unique
-
-
-def is_validation_doc(doc: str, val_fraction: float) -> bool:
-    """Deterministic, order-independent split: hash of the document's text."""
-    digest = hashlib.sha256(doc.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < val_fraction
 
 
 def build_corpus(val_fraction: float) -> Corpus:

@@ -1044,3 +1044,25 @@ def test_speculative_tab_drafts_by_prompt_lookup(tiny):
     assert "prompt lookup has none" in message(d) and d.guard.busy is None
     d.parts["spec-step"].click()
     assert len(spec.session.rounds) == 2 and len(d.guard.errors) == 1  # the refusal only
+
+
+# --- engine controls: the optimisation ladder's rungs ------------------------------------------------
+
+
+def test_engine_controls_build_a_session_on_the_rung_and_refuse_what_cannot_run(dash):
+    dash.step()
+    dash.run_parts["weights"].value = "int8:fbgemm"
+    assert "weights changed" in message(dash)
+    step = dash.step()
+    assert step.weights == "int8:fbgemm" and dash.session.lm.info.weights == "int8:fbgemm"
+    before = dash.session
+    dash.run_parts["weights"].value = "int4"  # no int4 kernels on CPU
+    if dash.session.lm.device.type == "cpu":
+        assert "int4" in message(dash) and "not supported" in message(dash)
+        assert dash.session is before and dash.run_parts["weights"].value == "int8:fbgemm"
+    dash.run_parts["weights"].value = "as loaded"
+    dash.run_parts["cache-type"].value = "static"
+    assert dash.step().cache_type == "static"
+    dash.run_parts["cache"].value = False  # a static cache without a cache: refused, said
+    assert "use_cache" in message(dash) and dash.run_parts["cache"].value is True
+    assert dash.step().cache_type == "static"

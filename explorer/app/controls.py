@@ -133,6 +133,9 @@ class RunSettings:
     top_n: int = 20
     max_new_tokens: int | None = 200
     stop_at_eos: bool = True
+    cache_type: str = "dynamic"  # the ladder's engine options (explorer.engine.options)
+    compile: bool = False
+    weights: str = "as loaded"  # or a name of explorer.model.quant.WEIGHTS (a converted copy)
 
     def options(self) -> SessionOptions:
         """The engine options, validated against their declared ranges."""
@@ -167,6 +170,7 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
             for f, spec in specs(SessionOptions).items()
         }
     )
+    parts.update(engine_controls(rs))
     if free_text:
         custom = W.Text(
             value="" if rs.model in models else rs.model,
@@ -178,6 +182,59 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
         )
         parts["model-custom"] = cls(custom, "model-custom")
     return parts
+
+
+WEIGHTS_OFFERED = (
+    "as loaded",
+    "fp32",
+    "bf16",
+    "fp16",
+    "int8",
+    "int8:fbgemm",
+    "int8:torchao",
+    "int4",
+)
+
+
+def engine_controls(rs: RunSettings) -> dict[str, W.Widget]:
+    """The ladder's rungs a Session can climb: cache type, torch.compile, the weights' format."""
+    drop = dict(layout=LABEL, style=STYLE)
+    weights = list(WEIGHTS_OFFERED) + ([rs.weights] if rs.weights not in WEIGHTS_OFFERED else [])
+    return {
+        "cache-type": cls(
+            W.Dropdown(
+                options=["dynamic", "static"],
+                value=rs.cache_type,
+                description="cache type",
+                tooltip="static: preallocated to prompt + max tokens (what torch.compile wants)",
+                **drop,
+            ),
+            "cache-type",
+        ),
+        "compile": cls(
+            W.Checkbox(
+                value=rs.compile,
+                description="torch.compile the decode step",
+                indent=False,
+                tooltip="compiled once when the session starts (its time is said apart)",
+            ),
+            "compile",
+        ),
+        "weights": cls(
+            W.Dropdown(
+                options=weights,
+                value=rs.weights,
+                description="weights",
+                tooltip="a converted copy of the model; int8: fbgemm on CPU, torchao on CUDA; int4: "
+                "torchao on CUDA",
+                **drop,
+            ),
+            "weights",
+        ),
+    }
+
+
+ENGINE_CONTROLS = {"cache_type": "cache-type", "compile": "compile", "weights": "weights"}
 
 
 def button(
@@ -218,7 +275,8 @@ def read_run_settings(parts: dict[str, W.Widget]) -> RunSettings:
     values = {
         f: read_control(f, spec, parts[widget_name(f)]) for f, spec in specs(SessionOptions).items()
     }
-    rs = RunSettings(model=model, prompt=parts["prompt"].value, **values)
+    engine = {f: parts[name].value for f, name in ENGINE_CONTROLS.items()}
+    rs = RunSettings(model=model, prompt=parts["prompt"].value, **values, **engine)
     rs.options()  # raises with the setting's name and range
     return rs
 
@@ -234,3 +292,5 @@ def write_run_settings(parts: dict[str, W.Widget], rs: RunSettings) -> None:
     parts["prompt"].value = rs.prompt
     for f, spec in specs(SessionOptions).items():
         show_value(spec, parts[widget_name(f)], getattr(rs, f))
+    for f, name in ENGINE_CONTROLS.items():
+        parts[name].value = getattr(rs, f)

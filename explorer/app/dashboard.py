@@ -222,6 +222,10 @@ class Dashboard:
                 rp["top-n"],
                 rp["max-tokens"],
                 rp["stop-eos"],
+                W.HTML("<b>Engine</b> (the optimisation ladder)"),
+                rp["cache-type"],
+                rp["compile"],
+                rp["weights"],
                 W.HTML("<b>Sampling</b> (applies from the next step)"),
                 sp["temperature"],
                 sp["top-k"],
@@ -537,6 +541,10 @@ class Dashboard:
             rs = C.read_run_settings(self.run_parts)
             if rs.model not in self._models:
                 self.guard.say(f"Loading {rs.model}…", "busy")
+            elif rs.compile:
+                self.guard.say(
+                    "Compiling the decode step (torch.compile, seconds to a minute)…", "busy"
+                )
             session = self._build_session(rs, self.session.sampling)
         except Exception:
             self._write_quietly(lambda: C.write_run_settings(self.run_parts, self.run_settings))
@@ -545,7 +553,10 @@ class Dashboard:
         if rs.use_cache != old_rs.use_cache and old.steps:
             self.earlier = (list(old.steps), old_rs.use_cache)
         self._swap(session, rs)
-        self.guard.say(f"New session ({_what_changed(old_rs, rs)}): press Step or Play.", "ok")
+        self.guard.say(
+            f"New session ({_what_changed(old_rs, rs)}){_compiled_note(session)}: press Step or Play.",
+            "ok",
+        )
 
     def _write_quietly(self, fn) -> None:
         self._quiet = True
@@ -575,6 +586,9 @@ class Dashboard:
             batch_size=rs.batch_size,
             roofline=self.measure_peaks,
             stop_at_eos=rs.stop_at_eos,
+            cache=rs.cache_type,
+            compile=rs.compile,
+            weights=None if rs.weights == "as loaded" else rs.weights,
         )
 
     def _load(self, name: str) -> LoadedModel:
@@ -842,6 +856,15 @@ def _sampling_text(s: Sampling) -> str:
     return ", ".join(changed) if changed else "plain sampling at temperature 1"
 
 
+def _compiled_note(session) -> str:
+    c = session.trace.settings.get("compile")
+    if not c:
+        return ""
+    if not c["active"]:
+        return f"; torch.compile failed, running eager ({c['reason']})"
+    return f"; compiled in {c['compile_s']:.1f} s, kept out of every step's latency"
+
+
 def _what_changed(old: C.RunSettings, new: C.RunSettings) -> str:
     names = {
         "model": "model",
@@ -851,6 +874,9 @@ def _what_changed(old: C.RunSettings, new: C.RunSettings) -> str:
         "top_n": "top-n",
         "max_new_tokens": "max tokens",
         "stop_at_eos": "stop at end-of-text",
+        "cache_type": "cache type",
+        "compile": "compile",
+        "weights": "weights",
     }
     changed = [label for key, label in names.items() if getattr(old, key) != getattr(new, key)]
     return ", ".join(changed) + " changed" if changed else "same settings"

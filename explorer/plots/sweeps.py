@@ -369,3 +369,51 @@ def _regime_sweep_figure() -> go.Figure:
     fig.update_xaxes(title_text="batch size", type="log", row=1, col=2)
     fig.update_yaxes(title_text="tokens/s", type="log", row=1, col=2)
     return fig
+
+
+# --- the optimisation ladder -------------------------------------------------------------------------
+
+
+def _ladder_labels(df) -> list[str]:
+    """ "static+compile B=8"; a skipped rung says so in its label (its bars stay empty)."""
+    out = []
+    for rung, batch, skipped in zip(df["rung"], df["batch"], df["skipped"]):
+        label = f"{rung} B={batch}"
+        out.append(label + " (skipped)" if isinstance(skipped, str) else label)
+    return out
+
+
+def _ladder_columns(df) -> Columns:
+    x = _objs(_ladder_labels(df) if len(df) else [])
+    ms = _col(df, "ms_per_token")
+    floor = _col(df, "bytes_per_step") / (df.attrs.get("copy_gbps", np.nan) * 1e9) * 1e3
+    ppl = _col(df, "perplexity")
+    base = ppl[0] if len(ppl) else np.nan  # the first row is the eager baseline
+    return {
+        "ms/token (measured)": {"x": x, "y": ms},
+        "bytes / copy bandwidth (modelled)": {"x": x, "y": floor},
+        "% of copy bandwidth (derived)": {"x": x, "y": _col(df, "pct_of_copy_bw")},
+        "perplexity change % (measured)": {"x": x, "y": 100 * (ppl / base - 1)},
+    }
+
+
+@sweep_plot("ladder", _ladder_columns)
+def _ladder_sweep_figure() -> go.Figure:
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=("decode time per token", "share of copy bandwidth", "quality: perplexity"),
+        horizontal_spacing=0.07,
+    )
+    fig.update_layout(
+        title=dict(text="the optimisation ladder: each rung on the same prompt", font=dict(size=13))
+    )
+    _add(fig, 1, "ms/token (measured)", "#1f77b4", {}, "bar")
+    _add(fig, 1, "bytes / copy bandwidth (modelled)", "#aec7e8", {}, "bar")
+    _add(fig, 2, "% of copy bandwidth (derived)", "#55a868", {}, "bar")
+    _add(fig, 3, "perplexity change % (measured)", "#c44e52", {}, "bar")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="%", row=1, col=2)
+    fig.update_yaxes(title_text="% vs eager", row=1, col=3)
+    return fig

@@ -73,6 +73,32 @@ COLUMNS: dict[str, str] = {
     "peak_flops_measured": "dense matmul FLOP/s of this device in this dtype (explorer.costs.hardware)",
     "achieved_gbps_derived": "bytes_modelled / latency_s_measured (GB/s)",
     "pct_of_peak_bw_derived": "achieved_gbps_derived / measured peak bandwidth x 100",
+    # the optimisation ladder (explorer.sweeps.ladder): the keys its --json rows promise
+    "rung": "the optimisation (RUNGS: Session options, prompt lookup or prefix caching)",
+    "weights": "the weights that ran, with their backend (int8:fbgemm, int8:torchao, bf16, ...)",
+    "ms_per_token": "median decode Step latency (each row gets one token per step), ms, measured "
+    "after a warm-up Session and after any compile; prompt lookup: decode wall time / tokens",
+    "tokens_per_s_total": "batch x 1000 / ms_per_token (measured)",
+    "ttft_ms": "the prefill Step's latency (prefix cache: median first step with the cache), ms",
+    "bytes_per_step": "modelled bytes of one decode step, all rows (weights at their real bytes "
+    "per weight + KV read/write; explorer.costs)",
+    "bytes_per_token": "bytes_per_step / batch (modelled)",
+    "achieved_gbps": "bytes_per_token x tokens_per_s_total (modelled bytes / measured time, GB/s)",
+    "pct_of_copy_bw": "achieved_gbps / the measured copy bandwidth (attrs['copy_gbps']) x 100",
+    "speedup": "the baseline's figure / this rung's (of speedup_of), measured side by side",
+    "speedup_of": "'ms_per_token' or 'ttft_ms': which figure speedup compares",
+    "greedy_equal": "row 0's greedy tokens equal the baseline's over all new_tokens",
+    "first_divergence": "index of the first token that differs from the baseline's (null: none)",
+    "max_abs_logit_diff": "largest |logit - baseline logit| over row 0's steps, teacher-forced on "
+    "the baseline's tokens (null: not collected, e.g. prompt lookup, whose verify pass scores "
+    "several tokens at once)",
+    "perplexity": "exp(mean next-token loss) of these weights on held-out text "
+    "(attrs['perplexity_text']), eager forward; null where meaningless (random weights)",
+    "memory_bytes": "CUDA: torch.cuda.max_memory_allocated over the timed run (measured); "
+    "CPU: weight bytes + KV cache bytes at the end (counted)",
+    "compile_s": "one-off torch.compile time (warm-up passes included), measured apart",
+    "recompiles": "graphs dynamo compiled during the timed run (0: no recompilation)",
+    "skipped": "null, or why this rung did not run here",
 }
 
 
