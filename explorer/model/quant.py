@@ -101,6 +101,12 @@ def quantize(model: nn.Module, kind: str, backend: str, device: torch.device) ->
 
 
 def _torchao(model: nn.Module, kind: str, device: torch.device) -> nn.Module:
+    if kind == "int4" and device.type != "cuda":
+        raise WeightsNotSupportedError(
+            f"int4 weights are not supported on {device} here: torchao's Int4WeightOnlyConfig "
+            "has CUDA kernels (on CPU it needs the separate `mslk` package) and torch's own fbgemm "
+            "path has no int4 linear. Use int8, or a CUDA GPU."
+        )
     logger = logging.getLogger("torchao")
     if logger.level == logging.NOTSET:  # its CUDA-only extensions fail to load on CPU: noise
         logger.setLevel(logging.ERROR)
@@ -111,12 +117,6 @@ def _torchao(model: nn.Module, kind: str, device: torch.device) -> nn.Module:
             f"{kind} weights through torchao need the torchao package, which is not installed: "
             "`pip install -e '.[quant]'` (or `pip install torchao`)"
         ) from err
-    if kind == "int4" and device.type != "cuda":
-        raise WeightsNotSupportedError(
-            f"int4 weights are not supported on {device} here: torchao's Int4WeightOnlyConfig "
-            "has CUDA kernels (on CPU it needs the separate `mslk` package) and torch's own fbgemm "
-            "path has no int4 linear. Use int8, or a CUDA GPU."
-        )
     config = Int8WeightOnlyConfig() if kind == "int8" else Int4WeightOnlyConfig()
     try:
         quantize_(model, config)
