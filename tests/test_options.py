@@ -76,3 +76,21 @@ def test_compile_failure_falls_back_to_eager_and_says_so(target, monkeypatch):
     assert "no C compiler" in s.trace.settings["compile"]["reason"]
     assert all(st.compiled is False for st in s.steps)
     assert s.tokens == _greedy(target).tokens
+
+
+def test_compiled_decode_equals_eager_without_recompiles_and_a_copy_compiles_its_own(draft):
+    # the one test that really compiles (the small draft model; a few seconds each)
+    eager = _greedy(draft, cache="static")
+    comp = _greedy(draft, cache="static", compile=True)
+    c = comp.trace.settings["compile"]
+    assert c["active"] and c["compile_s"] > 0 and c["graphs_at_warmup"] >= 1
+    assert comp.tokens == eager.tokens
+    assert [st.recompiles for st in comp.steps[1:]] == [0] * (len(comp.steps) - 1)
+    assert comp.steps[0].compiled is False and all(st.compiled for st in comp.steps[1:])
+    # an int8 copy carries the fp32 model's __dict__: it must compile its own forward, else the
+    # compiled steps would run the fp32 weights
+    q = with_weights(draft, "int8")
+    q_eager, q_comp = _greedy(q, cache="static"), _greedy(q, cache="static", compile=True)
+    assert q_comp.trace.settings["compile"]["compile_s"] > 0
+    assert q.model._explorer_compiled["owner"] == id(q.model)
+    assert q_comp.tokens == q_eager.tokens

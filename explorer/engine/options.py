@@ -104,7 +104,11 @@ class Compiled:
         self.reason: str | None = None
         self.compile_s: float | None = None
         self.graphs_at_warmup: int | None = None
-        store = model.__dict__.setdefault("_explorer_compiled", {})
+        store = model.__dict__.get("_explorer_compiled")
+        if store is None or store.get("owner") != id(model):
+            # a copy of a compiled model (deepcopy, with_weights) carries its source's __dict__:
+            # its compiled forward would run the source's weights, so it gets its own store
+            store = model.__dict__["_explorer_compiled"] = {"owner": id(model)}
         if mode not in store:
             try:
                 kw = {} if mode == "default" else {"mode": mode}

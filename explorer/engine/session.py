@@ -480,7 +480,7 @@ class Session:
     def _timed_forward(self, feed: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         fn = self._compiled_fn(feed, mask)
         if fn is not None:  # a fresh [B, 1] tensor: a slice of _ids changes stride each step
-            feed = feed.clone()  # and a new stride is a recompile
+            feed = feed.clone(memory_format=torch.contiguous_format)  # a new stride: a recompile
         before = graphs_compiled() if fn is not None else None
         with self._timer.region():
             logits, self._cache = forward(
@@ -496,7 +496,8 @@ class Session:
         if c is None or self._cache is None or feed.shape[1] != 1 or not c.active:
             return None
         if c.compile_s is None:
-            past, grown, feed = cache_length(self._cache), [mask], feed.clone()
+            past, grown = cache_length(self._cache), [mask]
+            feed = feed.clone(memory_format=torch.contiguous_format)  # strides (1, 1)
 
             def one_pass(fn):  # a decode pass; the cache grows by one position
                 if self.cache_len is not None and cache_length(self._cache) >= self.cache_len:
