@@ -45,6 +45,8 @@ class Iteration:
     kv_blocks_used: int | None = None  # continuous: paged-cache blocks in use after the pass
     kv_blocks_total: int | None = None
     preempted: int = 0  # continuous: requests evicted (offloaded or reset) before this pass
+    # [query tokens, past KV tokens] of each request in the pass (what the step-time model reads)
+    passes: list[list[int]] | None = None
 
     @property
     def seconds(self) -> float:

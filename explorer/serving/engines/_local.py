@@ -107,6 +107,7 @@ def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting, pr
                 prefill_tokens=sum(len(r.prompt_ids) - cached for r in reqs) if prefill else 0,
                 batch_tokens=step.tokens_fed * len(reqs),
                 waiting=waiting(),
+                passes=[[step.tokens_fed, step.context_len - step.tokens_fed]] * len(reqs),
             )
         )
     for i, rec in enumerate(recs):  # the session stopped first (max positions, Stop)

@@ -13,6 +13,8 @@ are read from its own objects (tested with transformers 5.25; the names below ar
     kv_blocks_used  cache.num_blocks x (1 - cache.compute_free_capacity())
     preempted       requests that batch_processor.offloading_manager.offload_requests() took out
                     of scheduler.active_requests (offloaded to CPU or reset to recompute)
+    passes          [query_length, state.position_offset - query_length] per request (the
+                    offset is advanced by the query when the batch is prepared, before the step)
 Per request, the manager's own GenerationOutput: lifespan[0] (left the queue) -> start_s,
 timestamps (record_timestamps=True, perf_counter after each token) -> token_s, lifespan[1] -> end_s.
 """
@@ -233,6 +235,8 @@ class _Recorder:
                 kv_blocks_used=round(cache.num_blocks * (1 - cache.compute_free_capacity())),
                 kv_blocks_total=cache.num_blocks,
                 preempted=self.preempted,
+                # position_offset was advanced by the query when the batch was prepared
+                passes=[[f.query_length, f.state.position_offset - f.query_length] for f in batch],
             )
         )
         self.preempted = 0

@@ -1,0 +1,19 @@
+"""Predict before you buy: a serving simulator calibrated on measured iterations.
+
+    from explorer.serving.simulate import profile, simulate
+    model = profile(lm, "continuous")                  # fitted on the real engine (cached to a file)
+    res = simulate(lm.info, Workload(...), "continuous", model)    # a ServingResult, modelled
+
+Rooms: steptime (one iteration's seconds from the cost model + a fitted machine), policy (each
+engine's scheduler, one function per decision), events (the discrete-event loop on a heap),
+profile (the profiling runs through the real engine, the cache file), validate (measured vs
+simulated per metric), whatif (a known chip and tensor parallelism on paper).
+"""
+
+from __future__ import annotations
+
+from explorer.serving.simulate.profile import ProfileError, profile
+from explorer.serving.simulate.run import simulate
+from explorer.serving.simulate.steptime import STEP_RULE, StepModel, iteration_work
+
+__all__ = ["STEP_RULE", "ProfileError", "StepModel", "iteration_work", "profile", "simulate"]

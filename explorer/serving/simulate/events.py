@@ -1,0 +1,195 @@
+"""The discrete-event loop: a workload's requests through one simulated engine, on a plain heap.
+
+Two kinds of event: a request arrives (the feeder sends it, behind max_concurrency as the real
+Feeder does) and an iteration ends (its tokens land, finished requests leave, the engine plans
+the next one); the static engine adds a wake-up at its batch's wait limit. The engine is one
+server: an iteration's length is the StepModel's seconds for its passes, plus the measured gap
+between iterations. The result is the serving lab's own records and iterations, so every view
+and summarise() read a simulated run exactly as a measured one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from explorer.serving.engines import Iteration
+from explorer.serving.metrics import RequestRecord
+from explorer.serving.simulate import policy
+from explorer.serving.simulate.policy import Plan, SimRequest
+
+
+class Simulator:
+    def __init__(self, engine: str, knobs: dict, shape, step_model, max_concurrency=None):
+        if engine not in ("sequential", "static", "continuous"):
+            raise ValueError(
+                f"the simulator models the sequential, static and continuous engines, not {engine!r}"
+            )
+        self.engine, self.knobs, self.shape, self.model = engine, knobs, shape, step_model
+        self.max_concurrency = max_concurrency
+        self.heap: list = []
+        self.seq = itertools.count()
+        self.now = 0.0
+        self.waiting: list[SimRequest] = []  # sent, not running
+        self.running: list[SimRequest] = []
+        self.backlog: list[SimRequest] = []  # arrived, held back by max_concurrency
+        self.in_flight = 0
+        self.busy = False
+        self.iterations: list[Iteration] = []
+        self.batch: list[SimRequest] = []  # sequential / static: the Session batch
+        self.batch_step = 0
+        self.unsent = 0
+
+    # --- events ------------------------------------------------------------------------------
+
+    def push(self, t: float, kind: str, payload=None) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), kind, payload))
+
+    def run(self, requests: list[SimRequest]) -> list[Iteration]:
+        self.unsent = len(requests)
+        for r in requests:
+            self.push(r.arrival_s, "arrive", r)
+        while self.heap:
+            self.now = self.heap[0][0]
+            while self.heap and self.heap[0][0] <= self.now:  # everything due now, then plan
+                _, _, kind, payload = heapq.heappop(self.heap)
+                if kind == "arrive":
+                    self.arrive(payload)
+                elif kind == "done":
+                    self.finish_iteration(payload)
+            self.maybe_start()
+        return self.iterations
+
+    def arrive(self, req: SimRequest) -> None:
+        self.backlog.append(req)
+        self.send_backlog()
+
+    def send_backlog(self) -> None:
+        """Send arrived requests while a concurrency slot is free (the real Feeder's rule)."""
+        while self.backlog and (
+            self.max_concurrency is None or self.in_flight < self.max_concurrency
+        ):
+            req = self.backlog.pop(0)
+            req.sent_s = self.now
+            req.prefill_left = req.prompt_len
+            self.in_flight += 1
+            self.unsent -= 1
+            self.waiting.append(req)
+
+    @property
+    def more_coming(self) -> bool:
+        return self.unsent > 0
+
+    # --- iterations --------------------------------------------------------------------------
+
+    def maybe_start(self) -> None:
+        if self.busy:
+            return
+        plan = self.plan()
+        if plan is None or not plan.rows:
+            return
+        seconds = self.model.seconds(self.shape, plan.passes) + self.model.gap_s
+        self.busy = True
+        for req, _ in plan.rows:
+            if req.start_s is None:
+                req.start_s = self.now
+        self.push(self.now + seconds, "done", (plan, self.now, seconds))
+
+    def plan(self) -> Plan | None:
+        if self.engine == "continuous":
+            return self.plan_continuous()
+        return self.plan_session()
+
+    def plan_session(self) -> Plan | None:
+        """sequential / static: keep stepping the current batch, else take the next one."""
+        if not self.batch:
+            limit = 1 if self.engine == "sequential" else self.knobs.get("max_batch", 8)
+            wait = 0.0 if self.engine == "sequential" else self.knobs.get("max_wait_s", 0.05)
+            if not policy.static_batch_ready(self.waiting, self.now, limit, wait, self.more_coming):
+                if self.waiting:  # wake up at the wait limit
+                    self.push(policy.static_deadline(self.waiting, wait), "wake")
+                return None
+            self.batch, self.waiting = self.waiting[:limit], self.waiting[limit:]
+            self.batch_step = 0
+        passes = policy.session_batch_passes(self.batch, self.batch_step)
+        return Plan([(r, q) for r, (q, _) in zip(self.batch, passes)], passes)
+
+    def plan_continuous(self) -> Plan | None:
+        used = sum(r.blocks for r in self.running)
+        free = self.knobs["num_blocks"] - used
+        rows, starved = policy.schedule_continuous(self.running, self.waiting, free, self.knobs)
+        preempted = policy.preempt(starved, self.running) if starved else []
+        for req in preempted:
+            self.running.remove(req)
+            self.waiting.append(req)
+        for req, _ in rows:
+            if req in self.waiting:
+                self.waiting.remove(req)
+                self.running.append(req)
+        return Plan.of(rows, preempted=len(preempted))
+
+    def finish_iteration(self, payload) -> None:
+        plan, start, seconds = payload
+        self.busy = False
+        end = start + seconds
+        decode = prefill = prefill_tokens = 0
+        for req, q in plan.rows:
+            if req.done:  # a static batch's finished row still computes (padding)
+                continue
+            if req.decoding:
+                decode += 1
+            else:
+                prefill, prefill_tokens = prefill + 1, prefill_tokens + q
+            req.cached += q
+            req.prefill_left = max(0, req.prefill_left - q)
+            if req.prefill_left == 0:
+                req.token_s.append(end)
+                if req.done:
+                    req.end_s = end
+                    self.leave(req)
+        self.record(plan, start, end, (decode, prefill, prefill_tokens))
+        if self.batch:
+            self.batch_step += 1
+            if all(r.done for r in self.batch):
+                self.batch = []
+
+    def leave(self, req: SimRequest) -> None:
+        if req in self.running:
+            self.running.remove(req)
+            req.blocks = 0
+        self.in_flight -= 1
+        self.send_backlog()
+
+    def record(self, plan: Plan, start: float, end: float, counts: tuple[int, int, int]) -> None:
+        decode, prefill, prefill_tokens = counts
+        paged = self.engine == "continuous"
+        self.iterations.append(
+            Iteration(
+                index=len(self.iterations),
+                start_s=start,
+                end_s=end,
+                decode_requests=decode,
+                prefill_requests=prefill,
+                prefill_tokens=prefill_tokens,
+                batch_tokens=sum(q for q, _ in plan.passes),
+                waiting=len(self.waiting),
+                kv_blocks_used=sum(r.blocks for r in self.running) if paged else None,
+                kv_blocks_total=self.knobs.get("num_blocks") if paged else None,
+                preempted=plan.preempted,
+                passes=[list(p) for p in plan.passes],
+            )
+        )
+
+
+def to_records(reqs: list[SimRequest]) -> list[RequestRecord]:
+    """The serving lab's records (no token ids or text: nothing was generated)."""
+    out = []
+    for r in reqs:
+        rec = RequestRecord(r.id, r.prompt_len, r.max_tokens, r.arrival_s)
+        rec.sent_s, rec.start_s, rec.end_s = r.sent_s, r.start_s, r.end_s
+        rec.token_s = list(r.token_s)
+        rec.output_len = len(r.token_s)
+        if r.end_s is None:
+            rec.error = "did not finish in the simulation"
+        out.append(rec)
+    return out

@@ -1,0 +1,164 @@
+"""The time of one engine iteration, from the cost model's bytes and FLOPs and a fitted machine.
+
+An iteration is a list of passes, one per request in the batch: [query tokens, past KV tokens]
+(a decoding request is [1, its context so far]; a prefill chunk is [chunk, tokens already cached]),
+exactly what explorer.serving.Iteration.passes records for the real engines. Its modelled work:
+
+    bytes = every weight once (at its real bytes per value) + K/V read for each pass's past
+            + K/V written for each pass's query                                 (explorer.costs)
+    flops = the sum over passes of forward_flops(query, past + query, one logit row)
+
+and its time (STEP_RULE), with five non-negative parameters fitted to measured iterations:
+
+    seconds = bytes / effective bandwidth + flops / effective FLOP/s
+              + per-iteration overhead + requests x per-request overhead + tokens x per-token overhead
+              + mixed x query tokens x key tokens x per-element overhead
+
+The last term is what a batch with a prompt in it costs beyond its FLOPs on transformers' paged
+engine without a fused varlen kernel: one dense [all query tokens, all key tokens] mask and score
+matrix over the whole batch (decode-only batches take the fast path and skip it).
+
+Fitted with the calibration's non-negative least squares on the relative error
+(explorer.costs.calibrate), on the iterations of a profiling run through the real engine; the
+held-out error is on iterations of profiling workloads the fit did not see. The same formula
+runs on paper for a known chip (explorer.serving.simulate.whatif) with the chip's peaks x an
+efficiency instead of fitted speeds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from explorer.costs.calibrate import _nnls
+from explorer.costs.parts import Shape, forward_flops
+
+STEP_RULE = (
+    "seconds = bytes / effective bandwidth + FLOPs / effective FLOP/s + per-iteration overhead "
+    "+ requests x per-request overhead + tokens x per-token overhead + (batches with a prompt) "
+    "query x key tokens x per-element overhead (non-negative least squares on relative error, "
+    "fitted to measured iterations)"
+)
+PARAMS = ("s_per_byte", "s_per_flop", "iteration_s", "request_s", "token_s", "mask_s")
+
+
+def iteration_work(shape: Shape, passes: list[list[int]]) -> dict[str, float]:
+    """Modelled bytes and FLOPs of one iteration (see the module docstring)."""
+    weights = float(sum(shape.weight_bytes_by_part().values()))
+    past = sum(p for _, p in passes)
+    query = sum(q for q, _ in passes)
+    kv = float(shape.kv_bytes_per_token * (past + query))  # read the past, write the query
+    flops = 0.0
+    for q, p in passes:
+        flops += sum(forward_flops(shape, 1, q, p + q, 1).values())
+    mixed = any(q > 1 for q, _ in passes)
+    return {
+        "bytes": weights + kv,
+        "flops": flops,
+        "requests": float(len(passes)),
+        "tokens": float(query),
+        "mask": float(query * (past + query)) if mixed else 0.0,
+    }
+
+
+def _row(work: dict[str, float]) -> list[float]:
+    return [work["bytes"], work["flops"], 1.0, work["requests"], work["tokens"], work["mask"]]
+
+
+@dataclass
+class StepModel:
+    """A fitted (or on-paper) iteration-time formula; plain data (to_dict / from_dict)."""
+
+    s_per_byte: float
+    s_per_flop: float
+    iteration_s: float
+    request_s: float
+    token_s: float
+    mask_s: float = 0.0
+    gap_s: float = 0.0  # measured idle gap between back-to-back iterations (scheduling, Python)
+    method: str = "fitted"  # "fitted" (measured iterations) | "modelled" (a chip on paper)
+    rule: str = STEP_RULE
+    key: dict[str, Any] = field(default_factory=dict)  # model, dtype, device, versions, engine
+    n_train: int = 0
+    n_heldout: int = 0
+    train_err_pct: float | None = None
+    heldout_err_pct: float | None = None  # median |error| on held-out iterations
+    heldout_p90_err_pct: float | None = None
+    assumptions: list[str] = field(default_factory=list)
+
+    def seconds(self, shape: Shape, passes: list[list[int]]) -> float:
+        w = iteration_work(shape, passes)
+        x = [getattr(self, p) for p in PARAMS]
+        return float(np.dot(_row(w), x))
+
+    @property
+    def effective_gbps(self) -> float | None:
+        return 1 / self.s_per_byte / 1e9 if self.s_per_byte > 0 else None
+
+    @property
+    def effective_gflops(self) -> float | None:
+        return 1 / self.s_per_flop / 1e9 if self.s_per_flop > 0 else None
+
+    def summary(self) -> str:
+        gbps = f"{self.effective_gbps:.1f} GB/s" if self.effective_gbps else "bandwidth term 0"
+        gf = f"{self.effective_gflops:.1f} GFLOP/s" if self.effective_gflops else "FLOP term 0"
+        held = (
+            f"held-out median |error| {self.heldout_err_pct:.1f}% (p90 "
+            f"{self.heldout_p90_err_pct:.1f}%) on {self.n_heldout} iterations"
+            if self.heldout_err_pct is not None
+            else "no held-out iterations"
+        )
+        return (
+            f"{self.method}: effective {gbps}, {gf}, {self.iteration_s * 1e3:.2f} ms/iteration "
+            f"+ {self.request_s * 1e3:.3f} ms/request + {self.token_s * 1e3:.4f} ms/token "
+            f"+ {self.mask_s * 1e9:.2f} ns per mixed-batch mask element, "
+            f"gap {self.gap_s * 1e3:.2f} ms; {held}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepModel:
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def _pct_errors(model: StepModel, shape: Shape, its: list[dict]) -> list[float]:
+    return [abs(model.seconds(shape, i["passes"]) - i["seconds"]) / i["seconds"] * 100 for i in its]
+
+
+def fit(shape: Shape, train: list[dict], heldout: list[dict] | None = None, **meta) -> StepModel:
+    """Fit STEP_RULE to measured iterations ({"passes", "seconds"}); score it on `heldout`."""
+    train = [i for i in train if i["seconds"] > 0 and i["passes"]]
+    if len(train) < len(PARAMS):
+        raise ValueError(
+            f"the step-time fit needs at least {len(PARAMS)} measured iterations, got {len(train)}"
+        )
+    A = np.array([_row(iteration_work(shape, i["passes"])) for i in train], dtype=float)
+    t = np.array([i["seconds"] for i in train], dtype=float)
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    x = _nnls((A / scale) / t[:, None], np.ones_like(t)) / scale  # minimise relative error
+    model = StepModel(*map(float, x), n_train=len(train), **meta)
+    model.train_err_pct = statistics.median(_pct_errors(model, shape, train))
+    held = [i for i in heldout or [] if i["seconds"] > 0 and i["passes"]]
+    if held:
+        errs = _pct_errors(model, shape, held)
+        model.n_heldout = len(held)
+        model.heldout_err_pct = statistics.median(errs)
+        model.heldout_p90_err_pct = float(np.percentile(errs, 90))
+    return model
+
+
+def busy_gap(iterations: list) -> float:
+    """Median idle time between back-to-back iterations while requests were waiting or running
+    (the engine's own scheduling and bookkeeping outside the timed step)."""
+    gaps = [
+        b.start_s - a.end_s
+        for a, b in zip(iterations, iterations[1:])
+        if (b.decode_requests > 0 or (b.waiting or 0) > 0) and b.start_s - a.end_s < 0.05
+    ]
+    return statistics.median(gaps) if gaps else 0.0
