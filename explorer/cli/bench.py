@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from explorer.cli.common import print_json
+from explorer.cli.simulate import add_simulate
 
 ORDER = 40
 
@@ -410,4 +411,5 @@ BENCH_COMMANDS = [
     _add_bench_prefix,
     add_bench_serving,
     _add_bench_calibrate,
+    lambda bench: add_simulate(bench, "simulate"),
 ]

@@ -97,11 +97,25 @@ class Chip:
     source: str
     fp16_tflops: float | None = None
     memory_gb: float | None = None
+    # GPU-to-GPU bandwidth per direction (GB/s) for tensor parallelism, and what link it is
+    interconnect_gbps: float | None = None
+    interconnect: str | None = None
 
 
 KNOWN_CHIPS: dict[str, Chip] = {
     c.name: c
     for c in [
+        Chip(
+            "MI300X",
+            5300,
+            1307.4,
+            163.4,
+            "AMD Instinct MI300X data sheet (dense matrix bf16/fp16; fp32 matrix)",
+            fp16_tflops=1307.4,
+            memory_gb=192,
+            interconnect_gbps=448,
+            interconnect="Infinity Fabric (7 links x 64 GB/s each way)",
+        ),
         Chip(
             "H200",
             4800,
@@ -110,6 +124,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             "NVIDIA H200 Tensor Core GPU datasheet (SXM; dense, sparsity figures halved)",
             fp16_tflops=989,
             memory_gb=141,
+            interconnect_gbps=450,
+            interconnect="NVLink 4 (900 GB/s bidirectional, 450 each way)",
         ),
         Chip(
             "H100 SXM",
@@ -119,6 +135,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             "NVIDIA H100 Tensor Core GPU datasheet (SXM5; dense, sparsity figures halved)",
             fp16_tflops=989,
             memory_gb=80,
+            interconnect_gbps=450,
+            interconnect="NVLink 4 (900 GB/s bidirectional, 450 each way)",
         ),
         Chip(
             "A100 80GB",
@@ -128,6 +146,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM; fp32 = non-tensor)",
             fp16_tflops=312,
             memory_gb=80,
+            interconnect_gbps=300,
+            interconnect="NVLink 3 (600 GB/s bidirectional, 300 each way)",
         ),
         Chip(
             "L4",
@@ -137,6 +157,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             "NVIDIA L4 Tensor Core GPU datasheet (dense, sparsity figures halved)",
             fp16_tflops=121,
             memory_gb=24,
+            interconnect_gbps=32,
+            interconnect="PCIe 4.0 x16 (~32 GB/s each way; no NVLink)",
         ),
         Chip(
             "T4",

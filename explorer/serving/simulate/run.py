@@ -97,14 +97,17 @@ def simulate(
 
 def simulation_assumptions(engine: str, step_model: StepModel) -> list[str]:
     out = [
-        f"iteration time: {step_model.rule}",
-        f"step model: {step_model.summary()}",
         "every request produces exactly max_tokens tokens (ignore_eos)",
-        "tokens land when their iteration ends; no sampling or detokenisation cost beyond the fit",
+        "tokens land when their iteration ends",
     ]
-    if engine == "continuous":
-        out.append(
-            "scheduler: transformers' FIFO (decodes, then prefills, then waiting; chunked under "
-            "max_batch_tokens; 15% free-block safety margin; preemption resets and recomputes)"
-        )
+    if step_model.method == "fitted":
+        out[:0] = [f"iteration time: {step_model.rule}", f"step model: {step_model.summary()}"]
+        if engine == "continuous":
+            out.append(
+                "scheduler: transformers' FIFO (decodes, then prefills, then waiting; chunked "
+                "under max_batch_tokens; 15% free-block safety margin; preemption resets and "
+                "recomputes)"
+            )
+    else:
+        out.insert(0, f"iteration time: {step_model.rule}")
     return out + list(step_model.assumptions)

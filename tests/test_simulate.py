@@ -1,0 +1,218 @@
+"""The serving simulator: the same records and result keys as the serving lab, an exactly known
+case, the real engine's scheduling reproduced, preemption, the on-paper what-if, bad input."""
+
+import dataclasses
+import importlib
+import json
+import warnings
+
+import pytest
+
+from explorer.costs.parts import shape_of
+from explorer.model.loader import arch_info
+from explorer.serving import Iteration, RequestRecord, Workload, serve
+from explorer.serving.simulate import StepModel, simulate
+from explorer.serving.simulate.steptime import fit, iteration_work
+from explorer.serving.simulate.validate import compare
+from explorer.serving.simulate.whatif import chip_model
+
+profile_mod = importlib.import_module(
+    "explorer.serving.simulate.profile"
+)  # the module, not the function
+
+# a hand-made machine: 10 GB/s, 50 GFLOP/s, 1 ms per iteration, 0.1 ms per request
+HAND = StepModel(1e-10, 2e-11, 1e-3, 1e-4, 0.0, key={"device": "cpu", "dtype": "float32"})
+
+
+def test_simulated_and_measured_runs_share_records_and_result_keys(target):
+    wl = Workload(num_prompts=6, input_len=16, output_len=8, seed=3)
+    measured = serve(target, wl, "continuous")
+    simulated = simulate(target.info, wl, "continuous", HAND, requests=wl.requests(target))
+    assert set(simulated.result) == set(measured.result)
+    assert set(simulated.to_dict()) - set(measured.to_dict()) <= {
+        "modelled",
+        "assumptions",
+        "step_model",
+    }
+    assert all(isinstance(r, RequestRecord) for r in simulated.records)
+    assert all(isinstance(i, Iteration) and i.passes for i in simulated.iterations)
+    assert simulated.meta["modelled"] is True and simulated.meta["assumptions"]
+    assert simulated.result["completed"] == 6 and simulated.result["total_output_tokens"] == 48
+    # the saved file loads back through the serving lab's reader, as a measured one does
+    again = type(measured).from_dict(json.loads(json.dumps(simulated.to_dict(), default=str)))
+    assert again.result["median_ttft_ms"] == pytest.approx(simulated.result["median_ttft_ms"])
+
+
+@pytest.mark.parametrize("engine", ["sequential", "static", "continuous"])
+def test_one_request_alone_has_exactly_the_modelled_step_times(target, engine):
+    wl = Workload(num_prompts=1, input_len=20, output_len=6)
+    (req,) = wl.requests(vocab_size=target.info.vocab_size)
+    res = simulate(target.info, wl, engine, HAND)
+    shape, p = shape_of(target.info), len(req.prompt_ids)
+    prefill = HAND.seconds(shape, [[p, 0]])
+    decodes = [HAND.seconds(shape, [[1, p + k]]) for k in range(5)]
+    (rec,) = res.records
+    assert rec.ttft == pytest.approx(prefill, rel=1e-12)
+    assert rec.tpot == pytest.approx(sum(decodes) / 5, rel=1e-12)
+    assert rec.e2el == pytest.approx(prefill + sum(decodes), rel=1e-12)
+
+
+def test_the_continuous_policy_schedules_as_transformers_does(target):
+    """16 prompts of 80 tokens at once under 256 batch tokens: the same passes, iteration by
+    iteration, as the real engine recorded (decodes first, then a chunk, then new prompts)."""
+    wl = Workload(num_prompts=16, input_len=80, output_len=8, seed=4)
+    requests = wl.requests(target)
+    measured = serve(target, wl, "continuous")
+    simulated = simulate(target.info, wl, "continuous", HAND, requests=requests)
+    n = min(len(measured.iterations), 8)
+    assert [i.passes for i in simulated.iterations[:n]] == [
+        i.passes for i in measured.iterations[:n]
+    ]
+
+
+def test_a_small_kv_budget_preempts_in_the_simulator_and_in_the_engine(target):
+    wl = Workload(
+        num_prompts=16, input_len=24, input_dist="uniform", input_spread=0.5, output_len=32, seed=1
+    )
+    knobs = {"num_blocks": 32, "page_size": 16, "max_batch_tokens": 96}  # 16 x 4 blocks needed
+    measured = serve(target, wl, "continuous", **knobs)
+    simulated = simulate(target.info, wl, "continuous", HAND, requests=wl.requests(target), **knobs)
+    for res in (measured, simulated):
+        assert res.result["completed"] == 16
+        assert sum(i.preempted for i in res.iterations) > 0
+        assert max(i.kv_blocks_used for i in res.iterations) <= 32
+
+
+def test_the_fit_recovers_a_known_machine():
+    info = arch_info("smollm2-135m")
+    shape = shape_of(info)
+    truth = StepModel(1 / 20e9, 1 / 80e9, 2e-3, 3e-4, 1e-5, 2e-9)
+    grid = [[[1, 30]] * b for b in (1, 4, 16)] + [[[64, 0]], [[128, 0], [1, 40]], [[16, 0]] * 4]
+    grid += [[[1, 200]] * 8, [[256, 0]], [[32, 64], [1, 10], [1, 90]]]
+    its = [{"passes": p, "seconds": truth.seconds(shape, p)} for p in grid]
+    got = fit(shape, its[:-2], its[-2:])
+    assert got.heldout_err_pct < 1e-6
+    assert got.effective_gbps == pytest.approx(20, rel=1e-3)
+
+
+def test_more_gpus_never_lower_modelled_decode_throughput():
+    info = arch_info("llama-3.1-8b", "bfloat16")
+    wl = Workload(num_prompts=64, input_len=128, output_len=64)
+    tput = []
+    for tp in (1, 2, 4, 8):
+        model, extra = chip_model(info, "h100", tp)
+        tput.append(simulate(info, wl, "continuous", model, **extra["knobs"]).result)
+    values = [r["output_throughput"] for r in tput]
+    assert all(b >= a for a, b in zip(values, values[1:])), values
+    assert tput[0]["median_tpot_ms"] > tput[-1]["median_tpot_ms"]
+    # a memory-bound decode step is about weights / (bandwidth x efficiency) on one H100
+    one = chip_model(info, "h100")[0]
+    decode = one.seconds(shape_of(info), [[1, 128]])
+    weights = sum(shape_of(info).weight_bytes_by_part().values())  # read once per step
+    assert decode == pytest.approx(weights / (3350e9 * 0.75) + 0.5e-3, rel=0.02)
+
+
+def test_the_kv_memory_limit_decides_the_batch():
+    info = arch_info("llama-3.1-8b", "bfloat16")
+    big = chip_model(info, "h100")[1]["memory"]
+    small = chip_model(info, "l4")[1]["memory"]
+    assert big["kv_tokens"] > 10 * small["kv_tokens"] > 0
+    per_token = shape_of(info).kv_bytes_per_token
+    assert big["kv_tokens"] == int(big["kv_budget_gb_per_gpu"] * 1e9 // per_token)
+
+
+def test_what_if_bad_input_is_named():
+    info = arch_info("llama-3.1-8b", "bfloat16")
+    with pytest.raises(ValueError, match="unknown chip 'z9'; known: .*h100"):
+        chip_model(info, "z9")
+    with pytest.raises(ValueError, match="does not divide the model's heads 32"):
+        chip_model(info, "h100", 3)
+    with pytest.raises(ValueError, match=r"needs 141\.\d GB of weights.*try --tp"):
+        chip_model(arch_info("llama-3.1-70b", "bfloat16"), "h100", 1)
+    with pytest.raises(ValueError, match="unknown what-if setting"):
+        chip_model(info, "h100", bw_eff=0.5)
+
+
+def test_a_profile_cache_from_other_versions_is_refitted_and_said(target, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_CACHE", str(tmp_path))
+    shape = shape_of(target.info)
+    truth = StepModel(1e-10, 0.0, 1e-3, 1e-4, 1e-5)
+
+    def fake_grid(lm, engine, knobs, progress=True):  # the real engine is covered above
+        runs = []
+        for n, i, _, _ in profile_mod.GRID:
+            passes = [[[i, 0]] * n] + [[[1, i + k]] * n for k in range(6)]
+            runs.append(
+                [
+                    Iteration(j, 0.01 * j, 0.01 * j + truth.seconds(shape, p), 0, 0, 0, 0, passes=p)
+                    for j, p in enumerate(passes)
+                ]
+            )
+        return runs
+
+    monkeypatch.setattr(profile_mod, "measure_grid", fake_grid)
+    first = profile_mod.profile(target, "continuous", progress=False)
+    assert first.heldout_err_pct < 1e-6
+    assert profile_mod.profile(target, "continuous") == first  # cached: the same fit
+    (path,) = tmp_path.glob("simulate/*.json")
+    data = json.loads(path.read_text())
+    data["key"]["transformers"] = "4.0.0"
+    path.write_text(json.dumps(data))
+    with pytest.warns(RuntimeWarning, match="other library versions.*transformers 4.0.0"):
+        again = profile_mod.profile(target, "continuous", progress=False)
+    assert any("other library versions" in a for a in again.assumptions)
+    assert json.loads(path.read_text())["key"]["transformers"] != "4.0.0"  # rewritten
+
+
+def test_validation_rows_carry_the_result_keys():
+    rows = compare(
+        "m",
+        "w",
+        {"median_ttft_ms": 10.0, "output_throughput": 100.0},
+        {"median_ttft_ms": 11.0, "output_throughput": 90.0},
+    )
+    by = {r["metric"]: r for r in rows}
+    assert set(rows[0]) == {"model", "workload", "metric", "measured", "simulated", "error_pct"}
+    assert by["median_ttft_ms"]["error_pct"] == pytest.approx(10.0)
+    assert by["output_throughput"]["error_pct"] == pytest.approx(-10.0)
+    assert by["p99_ttft_ms"]["error_pct"] is None  # not measured: no error invented
+
+
+def test_cli_simulate_on_paper_prints_modelled_json(capsys):
+    from explorer.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rc = main(
+            [
+                "simulate",
+                "--model",
+                "arch:llama-3.1-8b",
+                "--hardware",
+                "h100",
+                "--tp",
+                "2",
+                "--request-rate",
+                "10",
+                "--num-prompts",
+                "40",
+                "--input-len",
+                "256",
+                "--output-len",
+                "64",
+                "--json",
+            ]
+        )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["modelled"] is True and any("H100" in a for a in out["assumptions"])
+    assert out["completed"] == 40 and out["median_tpot_ms"] > 0
+    assert main(["simulate", "--hardware", "nope", "--json"]) != 0
+    assert "unknown chip" in capsys.readouterr().err
+
+
+def test_step_model_round_trips():
+    m = dataclasses.replace(HAND, assumptions=["x"])
+    assert StepModel.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+    w = iteration_work(shape_of(arch_info("smollm2-135m")), [[1, 10], [5, 0]])
+    assert w["requests"] == 2 and w["tokens"] == 6 and w["mask"] == 6 * 16
