@@ -8,15 +8,19 @@ exactly what explorer.serving.Iteration.passes records for the real engines. Its
             + K/V written for each pass's query                                 (explorer.costs)
     flops = the sum over passes of forward_flops(query, past + query, one logit row)
 
-and its time (STEP_RULE), with five non-negative parameters fitted to measured iterations:
+and its time (STEP_RULE), with seven non-negative parameters fitted to measured iterations:
 
     seconds = bytes / effective bandwidth + flops / effective FLOP/s
               + per-iteration overhead + requests x per-request overhead + tokens x per-token overhead
               + mixed x query tokens x key tokens x per-element overhead
+              + (more than one query token) x weight bytes x extra seconds per byte
 
-The last term is what a batch with a prompt in it costs beyond its FLOPs on transformers' paged
+The mask term is what a batch with a prompt in it costs beyond its FLOPs on transformers' paged
 engine without a fused varlen kernel: one dense [all query tokens, all key tokens] mask and score
-matrix over the whole batch (decode-only batches take the fast path and skip it).
+matrix over the whole batch (decode-only batches take the fast path and skip it). The gemm term is
+the kernel switch: a pass of one token runs matrix-vector kernels, a pass of two or more runs
+matrix-matrix kernels, which on a CPU can read the weights at a different speed (measured here:
+the 135M shape's decode step takes 42 ms for one request and 80 ms for two).
 
 Fitted with the calibration's non-negative least squares on the relative error
 (explorer.costs.calibrate), on the iterations of a profiling run through the real engine; the
@@ -39,10 +43,19 @@ from explorer.costs.parts import Shape, forward_flops
 STEP_RULE = (
     "seconds = bytes / effective bandwidth + FLOPs / effective FLOP/s + per-iteration overhead "
     "+ requests x per-request overhead + tokens x per-token overhead + (batches with a prompt) "
-    "query x key tokens x per-element overhead (non-negative least squares on relative error, "
+    "query x key tokens x per-element overhead + (passes of 2+ tokens) weight bytes x extra "
+    "seconds per byte (non-negative least squares on relative error, "
     "fitted to measured iterations)"
 )
-PARAMS = ("s_per_byte", "s_per_flop", "iteration_s", "request_s", "token_s", "mask_s")
+PARAMS = (
+    "s_per_byte",
+    "s_per_flop",
+    "iteration_s",
+    "request_s",
+    "token_s",
+    "mask_s",
+    "gemm_s_per_byte",
+)
 
 
 def iteration_work(shape: Shape, passes: list[list[int]]) -> dict[str, float]:
@@ -61,11 +74,20 @@ def iteration_work(shape: Shape, passes: list[list[int]]) -> dict[str, float]:
         "requests": float(len(passes)),
         "tokens": float(query),
         "mask": float(query * (past + query)) if mixed else 0.0,
+        "gemm_bytes": weights if query > 1 else 0.0,
     }
 
 
 def _row(work: dict[str, float]) -> list[float]:
-    return [work["bytes"], work["flops"], 1.0, work["requests"], work["tokens"], work["mask"]]
+    return [
+        work["bytes"],
+        work["flops"],
+        1.0,
+        work["requests"],
+        work["tokens"],
+        work["mask"],
+        work["gemm_bytes"],
+    ]
 
 
 @dataclass
@@ -78,6 +100,7 @@ class StepModel:
     request_s: float
     token_s: float
     mask_s: float = 0.0
+    gemm_s_per_byte: float = 0.0
     gap_s: float = 0.0  # measured idle gap between back-to-back iterations (scheduling, Python)
     method: str = "fitted"  # "fitted" (measured iterations) | "modelled" (a chip on paper)
     rule: str = STEP_RULE
@@ -114,7 +137,8 @@ class StepModel:
         return (
             f"{self.method}: effective {gbps}, {gf}, {self.iteration_s * 1e3:.2f} ms/iteration "
             f"+ {self.request_s * 1e3:.3f} ms/request + {self.token_s * 1e3:.4f} ms/token "
-            f"+ {self.mask_s * 1e9:.2f} ns per mixed-batch mask element, "
+            f"+ {self.mask_s * 1e9:.2f} ns per mixed-batch mask element, weights read "
+            f"{_gemm_text(self)} in passes of 2+ tokens, "
             f"gap {self.gap_s * 1e3:.2f} ms; {held}"
         )
 
@@ -162,3 +186,9 @@ def busy_gap(iterations: list) -> float:
         if (b.decode_requests > 0 or (b.waiting or 0) > 0) and b.start_s - a.end_s < 0.05
     ]
     return statistics.median(gaps) if gaps else 0.0
+
+
+def _gemm_text(m: StepModel) -> str:
+    if m.s_per_byte <= 0 or m.gemm_s_per_byte <= 0:
+        return "at the same speed"
+    return f"{(m.s_per_byte + m.gemm_s_per_byte) / m.s_per_byte:.2f}x slower"
