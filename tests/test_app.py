@@ -1066,3 +1066,31 @@ def test_engine_controls_build_a_session_on_the_rung_and_refuse_what_cannot_run(
     dash.run_parts["cache"].value = False  # a static cache without a cache: refused, said
     assert "use_cache" in message(dash) and dash.run_parts["cache"].value is True
     assert dash.step().cache_type == "static"
+
+
+def test_capacity_tab_answers_on_paper_and_keeps_working_after_bad_input(dash):
+    tab = dash.tab("capacity")
+    dash.parts["cap-model"].value = "arch:llama-3.1-8b"
+    dash.parts["cap-chip"].value = "h100"
+    dash.parts["cap-gpus"].value = 2
+    dash.parts["cap-run"].click()
+    assert dash.guard.errors == [], dash.guard.errors
+    rows = tab.rows
+    assert len(rows) >= 5 and all(r["modelled"] for r in rows)
+    answer = html.unescape(dash.parts["cap-answer"].value)
+    assert "req/s" in answer and "per million" in answer and "(modelled)" in answer
+    assert "H100" in answer and "tensor parallel 2" in answer  # the assumptions beside it
+    chart = dash.parts["cap-chart"]
+    assert "modelled" in chart.layout.title.text and len(chart.data) == 2
+    # bad input: a message, the last curve stays, the next run works
+    dash.parts["cap-gpus"].value = 3
+    dash.parts["cap-run"].click()
+    assert "does not divide" in html.unescape(message(dash))
+    assert tab.rows is rows and len(chart.data) == 2
+    dash.parts["cap-model"].value = "arch:llama-3.1-70b"
+    dash.parts["cap-gpus"].value = 1
+    dash.parts["cap-run"].click()
+    assert "needs 141" in html.unescape(message(dash))
+    dash.parts["cap-gpus"].value = 4
+    dash.parts["cap-run"].click()
+    assert tab.rows is not rows and tab.rows[0]["tp"] == 4

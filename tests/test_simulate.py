@@ -10,7 +10,7 @@ import pytest
 
 from explorer.costs.parts import shape_of
 from explorer.model.loader import arch_info
-from explorer.serving import Iteration, RequestRecord, Workload, serve
+from explorer.serving import Iteration, RequestRecord, ServingResult, Workload, serve
 from explorer.serving.simulate import StepModel, simulate
 from explorer.serving.simulate.steptime import fit, iteration_work
 from explorer.serving.simulate.validate import compare
@@ -142,12 +142,11 @@ def test_a_profile_cache_from_other_versions_is_refitted_and_said(target, tmp_pa
         runs = []
         for n, i, _, _ in profile_mod.GRID:
             passes = [[[i, 0]] * n] + [[[1, i + k]] * n for k in range(6)]
-            runs.append(
-                [
-                    Iteration(j, 0.01 * j, 0.01 * j + truth.seconds(shape, p), 0, 0, 0, 0, passes=p)
-                    for j, p in enumerate(passes)
-                ]
-            )
+            its = [
+                Iteration(j, 0.01 * j, 0.01 * j + truth.seconds(shape, p), 0, 0, 0, 0, passes=p)
+                for j, p in enumerate(passes)
+            ]
+            runs.append(ServingResult({}, {}, [], its))
         return runs
 
     monkeypatch.setattr(profile_mod, "measure_grid", fake_grid)

@@ -6,6 +6,7 @@ simulator's modelled one: the title says which).
     cdf_figure(results)     latency CDFs (TTFT, TPOT, E2E) of several runs side by side
     engine_figure(res)      batch size and KV blocks in use per engine iteration
     pareto_figure(df)       a serving sweep: output tok/s per machine vs tok/s per user
+    capacity_figure(rows)   a simulated latency-throughput curve with the SLOs (modelled)
 The serving sweep's own chart is registered with @sweep_plot("serving") at the bottom.
 """
 
@@ -282,6 +283,55 @@ def pareto_figure(df) -> go.Figure:
             line=dict(color="black", dash="dot"),
         )
     )
+    return fig
+
+
+def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "") -> go.Figure:
+    """p99 TTFT and p99 TPOT against output tok/s, one point per request rate (simulated rows
+    of explorer.serving.simulate.capacity.curve); the SLOs as dashed lines; points that meet
+    every SLO filled."""
+    slos = slos or {}
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("p99 TTFT (ms)", "p99 TPOT (ms)"))
+    x = [r["output_throughput"] for r in rows]
+    ok = [r["meets_slos"] for r in rows]
+    text = [f"{r['request_rate']:.3g} req/s" for r in rows]
+    for col, key, slo in ((1, "p99_ttft_ms", "ttft"), (2, "p99_tpot_ms", "tpot")):
+        fig.add_trace(
+            go.Scatter(
+                name=f"{key} (modelled)",
+                x=x,
+                y=[r[key] for r in rows],
+                text=text,
+                mode="lines+markers",
+                marker=dict(
+                    size=9,
+                    symbol=["circle" if o else "circle-open" for o in ok],
+                    color=ENGINE_COLORS["simulated"],
+                ),
+                hovertemplate="%{text}<br>%{x:.0f} tok/s<br>%{y:.1f} ms<extra></extra>",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
+        if slo in slos:
+            fig.add_hline(
+                y=slos[slo],
+                line_dash="dash",
+                line_color="black",
+                row=1,
+                col=col,
+                annotation_text=f"SLO {slos[slo]:g} ms",
+            )
+    head = rows[0] if rows else {}
+    label = title or (
+        f"{head.get('model', '?')} on {head.get('tp', 1)} x {head.get('chip', '?')}: latency vs "
+        "throughput (modelled; filled points meet every SLO at p99)"
+    )
+    fig.update_layout(**_layout(title=label, height=380))
+    fig.update_xaxes(title_text="output tokens/s (modelled)", type="log")
+    fig.update_yaxes(type="log")
+    _style_axes(fig)
     return fig
 
 

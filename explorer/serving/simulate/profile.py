@@ -31,9 +31,14 @@ GRID = [
     (32, 24, 16, None),
     (24, 56, 16, "fast"),
     (24, 112, 12, "medium"),
+    (32, 40, 16, "busy"),
     (12, 72, 16, "medium"),  # held out
 ]
-RATES = {"fast": 4.0, "medium": 2.0}  # x the one-request-at-a-time rate of the first fit
+RATES = {
+    "busy": 8.0,
+    "fast": 4.0,
+    "medium": 2.0,
+}  # x the one-request-at-a-time rate of the first fit
 
 
 class ProfileError(ValueError):
@@ -94,8 +99,8 @@ def load_cached(key: dict) -> tuple[StepModel | None, str | None]:
     return None, "profile cache for other settings (threads or knobs): refitted"
 
 
-def measure_grid(lm, engine: str, knobs: dict, grid=GRID, progress: bool = True) -> list[list]:
-    """Iterations of each grid workload through the real engine (after a discarded warm-up).
+def measure_grid(lm, engine: str, knobs: dict, grid=GRID, progress: bool = True) -> list:
+    """Each grid workload's ServingResult through the real engine (after a discarded warm-up).
     Arrival rates are set from the bursts' own first fit, so they suit any model's speed."""
     from tqdm.auto import tqdm
 
@@ -111,12 +116,12 @@ def measure_grid(lm, engine: str, knobs: dict, grid=GRID, progress: bool = True)
         res = serve(lm, wl, engine, **knobs)
         if res.meta["status"] != "complete":
             raise ProfileError(f"profiling run {n}x{i}+{o} did not complete: {res.meta['status']}")
-        return res.iterations
+        return res
 
     run(*grid[0])  # warm-up, discarded
     bursts = [g for g in grid if g[3] is None]
     runs = [run(*g) for g in tqdm(bursts, desc=f"profile {engine} (bursts)", disable=not progress)]
-    first = fit(shape_of(lm.info), [p for its in runs for p in _points(its)])
+    first = fit(shape_of(lm.info), [p for res in runs for p in _points(res.iterations)])
     from explorer.serving.simulate.validate import one_at_a_time_rate
 
     base = one_at_a_time_rate(lm.info, first, 48, 24)
@@ -127,6 +132,26 @@ def measure_grid(lm, engine: str, knobs: dict, grid=GRID, progress: bool = True)
     ):
         runs.append(run(*g[:3], RATES[g[3]] * base))
     return runs
+
+
+def admission_delay(info, model: StepModel, engine: str, knobs: dict, runs: list) -> float:
+    """Median of (measured - simulated) TTFT over the training runs' requests: the time a sent
+    request takes to reach the engine's scheduler (queue hand-off, the loop's polling), which no
+    iteration records. 0 when the simulation is not faster."""
+    import statistics
+
+    from explorer.serving.simulate.run import simulate
+    from explorer.serving.workload import Request
+
+    diffs = []
+    for res in runs:
+        if not res.records:
+            continue
+        reqs = [Request(r.id, [0] * r.input_len, r.max_tokens, r.arrival_s) for r in res.records]
+        sim = simulate(info, reqs, engine, model, **knobs)
+        by_id = {r.id: r for r in sim.records}
+        diffs += [r.ttft - by_id[r.id].ttft for r in res.records if r.ok and by_id[r.id].ok]
+    return max(0.0, statistics.median(diffs)) if diffs else 0.0
 
 
 def _points(iterations) -> list[dict]:
@@ -147,10 +172,11 @@ def profile(
     if why:
         warnings.warn(why, RuntimeWarning, stacklevel=2)
     runs = measure_grid(lm, engine, knobs, progress=progress)
-    train = [p for its in runs[:-1] for p in _points(its)]
-    held = _points(runs[-1])
+    train = [p for res in runs[:-1] for p in _points(res.iterations)]
+    held = _points(runs[-1].iterations)
     model = fit(shape_of(lm.info), train, held, key=key)
-    model.gap_s = busy_gap([it for its in runs for it in its])
+    model.gap_s = busy_gap([it for res in runs for it in res.iterations])
+    model.admit_s = admission_delay(lm.info, model, engine, knobs, runs[:-1])
     model.assumptions = [
         f"fitted on {len(train)} iterations of {len(runs) - 1} profiling workloads "
         f"(num_prompts x input_len + output_len, arrivals: {_grid_text(GRID[:-1])}), "

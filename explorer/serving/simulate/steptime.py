@@ -102,6 +102,7 @@ class StepModel:
     mask_s: float = 0.0
     gemm_s_per_byte: float = 0.0
     gap_s: float = 0.0  # measured idle gap between back-to-back iterations (scheduling, Python)
+    admit_s: float = 0.0  # fitted delay from a request's send to the scheduler seeing it
     method: str = "fitted"  # "fitted" (measured iterations) | "modelled" (a chip on paper)
     rule: str = STEP_RULE
     key: dict[str, Any] = field(default_factory=dict)  # model, dtype, device, versions, engine
@@ -139,7 +140,7 @@ class StepModel:
             f"+ {self.request_s * 1e3:.3f} ms/request + {self.token_s * 1e3:.4f} ms/token "
             f"+ {self.mask_s * 1e9:.2f} ns per mixed-batch mask element, weights read "
             f"{_gemm_text(self)} in passes of 2+ tokens, "
-            f"gap {self.gap_s * 1e3:.2f} ms; {held}"
+            f"gap {self.gap_s * 1e3:.2f} ms, admission {self.admit_s * 1e3:.2f} ms; {held}"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,151 @@
+"""The Capacity tab: how many GPUs for this model, workload and SLOs? Modelled, on paper.
+
+Pick a model shape, a chip, the GPU count (tensor parallel), the request lengths, the SLOs and an
+hourly price: Run simulates a range of Poisson request rates (explorer.serving.simulate.capacity)
+and draws p99 TTFT and TPOT against throughput with the SLOs, then says the largest rate that
+meets them, its goodput and the cost per million output tokens. Every figure is modelled and the
+assumptions are listed beside it; `explorer simulate --validate` shows the simulator's error
+against measurement on this machine. Any error is a message; the last curve stays.
+"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as W
+
+from explorer import plots
+from explorer.app.controls import cls
+from explorer.app.tabs import Tab, register
+from explorer.app.views import figure_widget, refit
+
+CHIPS = ("h100", "h200", "a100", "mi300x", "l4")
+
+
+def _shapes() -> list[str]:
+    from explorer.model.loader import available_models
+
+    return [m for m in available_models() if m.startswith("arch:")]
+
+
+@register(47)
+class CapacityTab(Tab):
+    name, title = "capacity", "Capacity"
+
+    def __init__(self, dash):
+        super().__init__(dash)
+        self.rows: list[dict] = []
+
+        def box(kind, name, value, label, width="200px", **kw):
+            w = kind(
+                value=value,
+                description=label,
+                layout=W.Layout(width=width),
+                style={"description_width": "105px"},
+                **kw,
+            )
+            self.parts[f"cap-{name}"] = cls(w, f"cap-{name}")
+            return w
+
+        shapes = _shapes()
+        default = "arch:llama-3.1-8b" if "arch:llama-3.1-8b" in shapes else shapes[0]
+        self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
+        self.chip = box(W.Dropdown, "chip", "h100", "chip", options=list(CHIPS))
+        self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
+        self.dtype = box(W.Dropdown, "dtype", "bfloat16", "dtype", options=["bfloat16", "float16"])
+        self.input_len = box(W.IntText, "input", 512, "prompt tokens")
+        self.output_len = box(W.IntText, "output", 128, "output tokens")
+        self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
+        self.price = box(W.FloatText, "price", 2.5, "$ / GPU-hour")
+        self.bw_eff = box(W.FloatText, "bw-eff", 0.75, "bandwidth eff.")
+        self.flop_eff = box(W.FloatText, "flop-eff", 0.6, "FLOP eff.")
+        self.run_button = cls(
+            W.Button(
+                description="Run",
+                icon="play",
+                button_style="primary",
+                tooltip="simulate a range of request rates (modelled)",
+            ),
+            "cap-run",
+        )
+        self.run_button.on_click(lambda _: self.dash.guard.call("the capacity run", self.run))
+        self.answer = cls(W.HTML(value=""), "cap-answer")
+        self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
+        self.chart.add_class("ie-cap-chart")
+        self.parts.update(
+            {"cap-run": self.run_button, "cap-answer": self.answer, "cap-chart": self.chart}
+        )
+        self.widget = W.VBox(
+            [
+                W.HTML(
+                    "How many GPUs do I need? A serving simulator on paper: the chip table's "
+                    "bandwidth and FLOP/s x an efficiency, the KV memory limit, tensor parallelism "
+                    "with its all-reduces, transformers' continuous-batching policy. Everything "
+                    "here is <b>modelled</b>; <code>explorer simulate --validate</code> shows the "
+                    "simulator's error against measurement on this machine."
+                ),
+                W.HBox([self.model, self.chip, self.gpus, self.dtype]),
+                W.HBox([self.input_len, self.output_len, self.slos, self.price]),
+                W.HBox([self.bw_eff, self.flop_eff, self.run_button]),
+                self.answer,
+                self.chart,
+            ]
+        )
+        self.widget.add_class("ie-capacity")
+        self.parts["capacity"] = self.widget
+
+    def figures(self):
+        return [self.chart]
+
+    def set_busy(self, busy: bool) -> None:
+        self.run_button.disabled = busy
+
+    def run(self) -> None:
+        """Simulate the curve and show the answer (errors go to the dashboard's message)."""
+        from explorer.model.loader import arch_info
+        from explorer.serving import parse_goodput
+        from explorer.serving.simulate.capacity import cost_per_million, curve, largest_rate
+
+        slos = parse_goodput(self.slos.value.strip() or None)
+        for name, w, low in (
+            ("prompt tokens", self.input_len, 1),
+            ("output tokens", self.output_len, 2),
+        ):
+            if w.value < low:
+                raise ValueError(f"{name} must be >= {low}, got {w.value}")
+        info = arch_info(self.model.value, self.dtype.value)
+        self.dash.guard.say(
+            f"Simulating {info.name} on {self.gpus.value} x {self.chip.value}…", "busy"
+        )
+        rows = curve(
+            info,
+            self.chip.value,
+            tp=self.gpus.value,
+            input_len=self.input_len.value,
+            output_len=self.output_len.value,
+            slos=slos,
+            bw_efficiency=self.bw_eff.value,
+            flop_efficiency=self.flop_eff.value,
+        )
+        self.rows = rows
+        plots.redraw(self.chart, plots.capacity_figure(rows, slos))
+        refit(self.chart)
+        best = largest_rate(rows)
+        if best is None:
+            verdict = (
+                "not even the lowest rate meets the SLOs: more GPUs, a faster chip or looser SLOs"
+            )
+        else:
+            cost = cost_per_million(best, self.gpus.value, self.price.value)
+            verdict = (
+                f"largest rate meeting the SLOs: <b>{best['request_rate']:.3g} req/s</b> "
+                f"({best['output_throughput']:.0f} output tok/s, goodput "
+                f"{best['request_goodput'] or 0:.3g} req/s), about <b>${cost:.3f} per million "
+                f"output tokens</b> at ${self.price.value:g}/GPU-hour"
+            )
+        items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
+        self.answer.value = (
+            f"<div>{verdict} (modelled)</div><details><summary>assumptions</summary>"
+            f"<ul style='font-size:11px'>{items}</ul></details>"
+        )
+        self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
