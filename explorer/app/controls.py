@@ -294,3 +294,21 @@ def write_run_settings(parts: dict[str, W.Widget], rs: RunSettings) -> None:
         show_value(spec, parts[widget_name(f)], getattr(rs, f))
     for f, name in ENGINE_CONTROLS.items():
         parts[name].value = getattr(rs, f)
+
+
+def labelled(parts: dict, prefix: str, label_width: str = "100px"):
+    """A builder of labelled input widgets for a tab: box(kind, name, value, label, width, **kw)
+    makes the widget, gives it the CSS class ie-<prefix>-<name> and stores it in parts."""
+
+    def box(kind, name, value, label, width="190px", **kw):
+        w = kind(
+            value=value,
+            description=label,
+            layout=W.Layout(width=width),
+            style={"description_width": label_width},
+            **kw,
+        )
+        parts[f"{prefix}-{name}"] = cls(w, f"{prefix}-{name}")
+        return w
+
+    return box

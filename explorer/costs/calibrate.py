@@ -44,8 +44,23 @@ class TooFewPoints(ValueError):
     """A fit that has fewer measured points than it needs (the message says how many)."""
 
 
+class EffectiveRates:
+    """GB/s and GFLOP/s of a fitted model with s_per_byte and s_per_flop (None when 0)."""
+
+    s_per_byte: float
+    s_per_flop: float
+
+    @property
+    def effective_gbps(self) -> float | None:
+        return 1 / self.s_per_byte / 1e9 if self.s_per_byte > 0 else None
+
+    @property
+    def effective_gflops(self) -> float | None:
+        return 1 / self.s_per_flop / 1e9 if self.s_per_flop > 0 else None
+
+
 @dataclass
-class Calibration:
+class Calibration(EffectiveRates):
     s_per_byte: float
     s_per_flop: float
     step_overhead_s: float
@@ -62,14 +77,6 @@ class Calibration:
     heldout_err_after_pct: float | None = None  # the calibrated formula's, same points
     per_model: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def effective_gbps(self) -> float | None:
-        return 1 / self.s_per_byte / 1e9 if self.s_per_byte > 0 else None
-
-    @property
-    def effective_gflops(self) -> float | None:
-        return 1 / self.s_per_flop / 1e9 if self.s_per_flop > 0 else None
 
     def predict(self, *, bytes: float, flops: float, layers: int) -> float:
         """Predicted latency (s) of a pass moving `bytes` (bound bytes) and doing `flops`."""

@@ -15,7 +15,7 @@ import html
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import cls
+from explorer.app.controls import cls, labelled
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
 
@@ -36,16 +36,7 @@ class CapacityTab(Tab):
         super().__init__(dash)
         self.rows: list[dict] = []
 
-        def box(kind, name, value, label, width="200px", **kw):
-            w = kind(
-                value=value,
-                description=label,
-                layout=W.Layout(width=width),
-                style={"description_width": "105px"},
-                **kw,
-            )
-            self.parts[f"cap-{name}"] = cls(w, f"cap-{name}")
-            return w
+        box = labelled(self.parts, "cap", "105px")
 
         shapes = _shapes()
         default = "arch:llama-3.1-8b" if "arch:llama-3.1-8b" in shapes else shapes[0]

@@ -16,7 +16,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import cls, stop_button
+from explorer.app.controls import cls, labelled, stop_button
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
@@ -47,16 +47,7 @@ class ServingTab(Tab):
         self.results: list = []  # the last KEEP ServingResults, newest last
         self._count = 0
 
-        def box(kind, name, value, label, width="190px", **kw):
-            w = kind(
-                value=value,
-                description=label,
-                layout=W.Layout(width=width),
-                style={"description_width": "100px"},
-                **kw,
-            )
-            self.parts[f"serve-{name}"] = cls(w, f"serve-{name}")
-            return w
+        box = labelled(self.parts, "serve", "100px")
 
         self.engine = box(
             W.Dropdown,

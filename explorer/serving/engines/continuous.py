@@ -79,15 +79,7 @@ class Continuous:
 
     def check(self, requests) -> None:
         check_lengths(self.lm, requests)
-        budget = self.knobs["num_blocks"] * self.knobs["page_size"]
-        for r in requests:
-            need = len(r.prompt_ids) + r.max_tokens
-            if need > budget:
-                raise ValueError(
-                    f"request {r.id} needs {need} KV slots ({len(r.prompt_ids)} prompt + "
-                    f"{r.max_tokens} new) but the KV budget holds {budget} "
-                    f"({self.knobs['num_blocks']} blocks x {self.knobs['page_size']} tokens)"
-                )
+        check_kv_budget(requests, self.knobs["num_blocks"], self.knobs["page_size"])
 
     # --- the run ---------------------------------------------------------------------------------
 
@@ -166,6 +158,19 @@ class Continuous:
         for rec in records.values():
             if rec.end_s is None and rec.error is None:
                 rec.error = "stopped before it finished"
+
+
+def check_kv_budget(requests, num_blocks: int, page_size: int) -> None:
+    """A request that can never fit the paged KV budget (also the simulator's check)."""
+    budget = num_blocks * page_size
+    for r in requests:
+        need = len(r.prompt_ids) + r.max_tokens
+        if need > budget:
+            raise ValueError(
+                f"request {r.id} needs {need} KV slots ({len(r.prompt_ids)} prompt + "
+                f"{r.max_tokens} new) but the KV budget holds {budget} "
+                f"({num_blocks} blocks x {page_size} tokens)"
+            )
 
 
 def _fill(lm, rec, out, t0: float) -> None:

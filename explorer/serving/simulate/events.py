@@ -11,6 +11,7 @@ and summarise() read a simulated run exactly as a measured one.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 
@@ -76,7 +77,7 @@ class Simulator:
         ):
             req = self.backlog.pop(0)
             req.sent_s = self.now
-            req.prefill_left = req.prompt_len
+            req.prefill_left = req.input_len
             self.in_flight += 1
             self.unsent -= 1
             if self.model.admit_s > 0:  # reaches the scheduler a little later
@@ -191,11 +192,11 @@ class Simulator:
 
 
 def to_records(reqs: list[SimRequest]) -> list[RequestRecord]:
-    """The serving lab's records (no token ids or text: nothing was generated)."""
+    """Plain serving-lab records (no token ids or text: nothing was generated)."""
+    names = [f.name for f in dataclasses.fields(RequestRecord)]
     out = []
     for r in reqs:
-        rec = RequestRecord(r.id, r.prompt_len, r.max_tokens, r.arrival_s)
-        rec.sent_s, rec.start_s, rec.end_s = r.sent_s, r.start_s, r.end_s
+        rec = RequestRecord(**{n: getattr(r, n) for n in names})
         rec.token_s = list(r.token_s)
         rec.output_len = len(r.token_s)
         if r.end_s is None:

@@ -19,23 +19,17 @@ engines the serving lab measures (explorer.serving.engines):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from explorer.serving.metrics import RequestRecord
 
 SAFETY_MARGIN = 0.15  # transformers' FIFOScheduler: free-block fraction under which prefills wait
 
 
 @dataclass
-class SimRequest:
-    """A request as the simulator follows it."""
+class SimRequest(RequestRecord):
+    """A request as the simulator follows it: the serving lab's record, plus the engine's state."""
 
-    id: str
-    prompt_len: int
-    max_tokens: int
-    arrival_s: float
-    sent_s: float | None = None
-    start_s: float | None = None
-    token_s: list[float] = field(default_factory=list)
-    end_s: float | None = None
     # continuous-batching state
     prefill_left: int = 0  # prompt (or recompute) tokens not yet in the cache
     cached: int = 0  # tokens whose K/V are in the cache
@@ -87,7 +81,7 @@ def static_deadline(waiting: list[SimRequest], max_wait_s: float) -> float:
 def session_batch_passes(batch: list[SimRequest], step: int) -> list[list[int]]:
     """The Session's pass `step` for a (left-padded) batch: step 0 the prefill of the longest
     prompt for every row, then one token per row over the padded context."""
-    p = max(r.prompt_len for r in batch)
+    p = max(r.input_len for r in batch)
     if step == 0:
         return [[p, 0]] * len(batch)
     return [[1, p + step - 1]] * len(batch)
@@ -148,7 +142,7 @@ def preempt(starved: list[SimRequest], running: list[SimRequest]) -> list[SimReq
     out = []
     while starved and len(running) - len(out) > 1:
         req = starved.pop()
-        req.prefill_left = req.prompt_len + len(req.token_s)
+        req.prefill_left = req.input_len + len(req.token_s)
         req.cached = req.blocks = 0
         req.preemptions += 1
         out.append(req)

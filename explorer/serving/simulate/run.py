@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from explorer.costs.parts import shape_of
 from explorer.serving.engines.continuous import DEFAULTS as CONTINUOUS_DEFAULTS
+from explorer.serving.engines.continuous import check_kv_budget
 from explorer.serving.metrics import summarise
 from explorer.serving.run import ServingResult, _meta
 from explorer.serving.simulate.events import Simulator, to_records
@@ -35,18 +36,6 @@ def _knobs(engine: str, knobs: dict) -> dict:
     return out
 
 
-def check_budget(requests: list[Request], knobs: dict) -> None:
-    """A request that can never fit the paged KV budget (the real engine's own check)."""
-    budget = knobs["num_blocks"] * knobs["page_size"]
-    for r in requests:
-        need = len(r.prompt_ids) + r.max_tokens
-        if need > budget:
-            raise ValueError(
-                f"request {r.id} needs {need} KV slots but the KV budget holds {budget} "
-                f"({knobs['num_blocks']} blocks x {knobs['page_size']} tokens)"
-            )
-
-
 def simulate(
     info,
     workload: Workload | list[Request],
@@ -71,7 +60,7 @@ def simulate(
     if not requests:
         raise ValueError("the workload has no requests")
     if engine == "continuous":
-        check_budget(requests, knobs)
+        check_kv_budget(requests, knobs["num_blocks"], knobs["page_size"])
     sim_reqs = [SimRequest(r.id, len(r.prompt_ids), r.max_tokens, r.arrival_s) for r in requests]
     sim = Simulator(engine, knobs, shape_of(info), step_model, wl.max_concurrency if wl else None)
     iterations = sim.run(sim_reqs)

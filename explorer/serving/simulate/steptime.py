@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from explorer.costs.calibrate import _nnls
+from explorer.costs.calibrate import EffectiveRates, _nnls
 from explorer.costs.parts import Shape, forward_flops
 
 STEP_RULE = (
@@ -91,7 +91,7 @@ def _row(work: dict[str, float]) -> list[float]:
 
 
 @dataclass
-class StepModel:
+class StepModel(EffectiveRates):
     """A fitted (or on-paper) iteration-time formula; plain data (to_dict / from_dict)."""
 
     s_per_byte: float
@@ -117,14 +117,6 @@ class StepModel:
         w = iteration_work(shape, passes)
         x = [getattr(self, p) for p in PARAMS]
         return float(np.dot(_row(w), x))
-
-    @property
-    def effective_gbps(self) -> float | None:
-        return 1 / self.s_per_byte / 1e9 if self.s_per_byte > 0 else None
-
-    @property
-    def effective_gflops(self) -> float | None:
-        return 1 / self.s_per_flop / 1e9 if self.s_per_flop > 0 else None
 
     def summary(self) -> str:
         gbps = f"{self.effective_gbps:.1f} GB/s" if self.effective_gbps else "bandwidth term 0"
