@@ -2,8 +2,8 @@
 
 The events: a request arrives (the feeder sends it, behind max_concurrency as the real
 Feeder does) and an iteration ends (its tokens land, finished requests leave, the engine plans
-the next one); a sent request reaches the scheduler the fitted admission delay later, and the
-static engine adds a wake-up at its batch's wait limit. The engine is one
+the next one); the static engine adds a wake-up at its batch's wait limit, and no iteration
+starts before the engine's measured start-up time. The engine is one
 server: an iteration's length is the StepModel's seconds for its passes, plus the measured gap
 between iterations. The result is the serving lab's own records and iterations, so every view
 and summarise() read a simulated run exactly as a measured one.
@@ -41,7 +41,6 @@ class Simulator:
         self.batch: list[SimRequest] = []  # sequential / static: the Session batch
         self.batch_step = 0
         self.unsent = 0
-        self.pending = 0  # sent, not yet seen by the scheduler
 
     # --- events ------------------------------------------------------------------------------
 
@@ -60,9 +59,6 @@ class Simulator:
                     self.arrive(payload)
                 elif kind == "done":
                     self.finish_iteration(payload)
-                elif kind == "admit":
-                    self.pending -= 1
-                    self.waiting.append(payload)
             self.maybe_start()
         return self.iterations
 
@@ -80,20 +76,19 @@ class Simulator:
             req.prefill_left = req.input_len
             self.in_flight += 1
             self.unsent -= 1
-            if self.model.admit_s > 0:  # reaches the scheduler a little later
-                self.pending += 1
-                self.push(self.now + self.model.admit_s, "admit", req)
-            else:
-                self.waiting.append(req)
+            self.waiting.append(req)
 
     @property
     def more_coming(self) -> bool:
-        return self.unsent > 0 or self.pending > 0
+        return self.unsent > 0
 
     # --- iterations --------------------------------------------------------------------------
 
     def maybe_start(self) -> None:
         if self.busy:
+            return
+        if self.now < self.model.startup_s:  # the engine is still starting
+            self.push(self.model.startup_s, "wake")
             return
         plan = self.plan()
         if plan is None or not plan.rows:

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from explorer.costs.parts import shape_of
-from explorer.serving.simulate.steptime import StepModel, busy_gap, fit
+from explorer.serving.simulate.steptime import StepModel, busy_gap, fit, startup_delay
 
 # (num_prompts, input_len, output_len, arrivals/s or None for a burst): batch x context x prefill
 # chunk, prompts joining running batches (fixed arrival gaps), small enough for a laptop. The
@@ -134,26 +134,6 @@ def measure_grid(lm, engine: str, knobs: dict, grid=GRID, progress: bool = True)
     return runs
 
 
-def admission_delay(info, model: StepModel, engine: str, knobs: dict, runs: list) -> float:
-    """Median of (measured - simulated) TTFT over the training runs' requests: the time a sent
-    request takes to reach the engine's scheduler (queue hand-off, the loop's polling), which no
-    iteration records. 0 when the simulation is not faster."""
-    import statistics
-
-    from explorer.serving.simulate.run import simulate
-    from explorer.serving.workload import Request
-
-    diffs = []
-    for res in runs:
-        if not res.records:
-            continue
-        reqs = [Request(r.id, [0] * r.input_len, r.max_tokens, r.arrival_s) for r in res.records]
-        sim = simulate(info, reqs, engine, model, **knobs)
-        by_id = {r.id: r for r in sim.records}
-        diffs += [r.ttft - by_id[r.id].ttft for r in res.records if r.ok and by_id[r.id].ok]
-    return max(0.0, statistics.median(diffs)) if diffs else 0.0
-
-
 def _points(iterations) -> list[dict]:
     return [{"passes": it.passes, "seconds": it.seconds} for it in iterations if it.passes]
 
@@ -176,7 +156,7 @@ def profile(
     held = _points(runs[-1].iterations)
     model = fit(shape_of(lm.info), train, held, key=key)
     model.gap_s = busy_gap([it for res in runs for it in res.iterations])
-    model.admit_s = admission_delay(lm.info, model, engine, knobs, runs[:-1])
+    model.startup_s = startup_delay(runs)
     model.assumptions = [
         f"fitted on {len(train)} iterations of {len(runs) - 1} profiling workloads "
         f"(num_prompts x input_len + output_len, arrivals: {_grid_text(GRID[:-1])}), "

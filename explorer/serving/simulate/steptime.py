@@ -102,7 +102,7 @@ class StepModel(EffectiveRates):
     mask_s: float = 0.0
     gemm_s_per_byte: float = 0.0
     gap_s: float = 0.0  # measured idle gap between back-to-back iterations (scheduling, Python)
-    admit_s: float = 0.0  # fitted delay from a request's send to the scheduler seeing it
+    startup_s: float = 0.0  # measured: from a run's first send to its engine's first iteration
     method: str = "fitted"  # "fitted" (measured iterations) | "modelled" (a chip on paper)
     rule: str = STEP_RULE
     key: dict[str, Any] = field(default_factory=dict)  # model, dtype, device, versions, engine
@@ -132,7 +132,7 @@ class StepModel(EffectiveRates):
             f"+ {self.request_s * 1e3:.3f} ms/request + {self.token_s * 1e3:.4f} ms/token "
             f"+ {self.mask_s * 1e9:.2f} ns per mixed-batch mask element, weights read "
             f"{_gemm_text(self)} in passes of 2+ tokens, "
-            f"gap {self.gap_s * 1e3:.2f} ms, admission {self.admit_s * 1e3:.2f} ms; {held}"
+            f"gap {self.gap_s * 1e3:.2f} ms, engine start {self.startup_s * 1e3:.1f} ms; {held}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,3 +185,14 @@ def _gemm_text(m: StepModel) -> str:
     if m.s_per_byte <= 0 or m.gemm_s_per_byte <= 0:
         return "at the same speed"
     return f"{(m.s_per_byte + m.gemm_s_per_byte) / m.s_per_byte:.2f}x slower"
+
+
+def startup_delay(results: list) -> float:
+    """Median over runs of the time from the first request sent to the engine's first iteration
+    (the engine starting: for transformers' manager, its thread and paged cache)."""
+    delays = []
+    for res in results:
+        sent = [r.sent_s for r in res.records if r.sent_s is not None]
+        if sent and res.iterations:
+            delays.append(max(0.0, res.iterations[0].start_s - min(sent)))
+    return statistics.median(delays) if delays else 0.0
