@@ -18,6 +18,7 @@ PUBLISHED = {
     "qwen2.5-0.5b": 494.0e6,
     "llama-3.2-1b": 1235.8e6,
     "llama-3.1-8b": 8030.3e6,
+    "llama-3.1-70b": 70.6e9,  # model card: 70.6B
     "mistral-7b": 7248.0e6,
 }
 

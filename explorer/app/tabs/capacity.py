@@ -4,8 +4,10 @@ Pick a model shape, a chip, the GPU count (tensor parallel), the request lengths
 hourly price: Run simulates a range of Poisson request rates (explorer.serving.simulate.capacity)
 and draws p99 TTFT and TPOT against throughput with the SLOs, then says the largest rate that
 meets them, its goodput and the cost per million output tokens. Every figure is modelled and the
-assumptions are listed beside it; `explorer simulate --validate` shows the simulator's error
-against measurement on this machine. Any error is a message; the last curve stays.
+assumptions are listed beside it. Compare loads a measured result JSON (vllm bench serve
+--save-result, or ours), simulates its workload on the chosen setup and shows the error per metric;
+`explorer simulate --validate` shows the simulator's error against measurement on this machine.
+Any error is a message; the last curve and comparison stay.
 """
 
 from __future__ import annotations
@@ -60,11 +62,35 @@ class CapacityTab(Tab):
             "cap-run",
         )
         self.run_button.on_click(lambda _: self.dash.guard.call("the capacity run", self.run))
+        self.measured = box(
+            W.Text,
+            "measured",
+            "",
+            "measured JSON",
+            "420px",
+            placeholder="a vllm bench serve --save-result file (or ours)",
+        )
+        self.compare_button = cls(
+            W.Button(
+                description="Compare",
+                icon="balance-scale",
+                tooltip="simulate that file's workload on this setup; show the error",
+            ),
+            "cap-compare",
+        )
+        self.compare_button.on_click(lambda _: self.dash.guard.call("the comparison", self.compare))
         self.answer = cls(W.HTML(value=""), "cap-answer")
         self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
         self.chart.add_class("ie-cap-chart")
+        self.comparison = cls(W.HTML(value=""), "cap-comparison")
         self.parts.update(
-            {"cap-run": self.run_button, "cap-answer": self.answer, "cap-chart": self.chart}
+            {
+                "cap-run": self.run_button,
+                "cap-answer": self.answer,
+                "cap-chart": self.chart,
+                "cap-compare": self.compare_button,
+                "cap-comparison": self.comparison,
+            }
         )
         self.widget = W.VBox(
             [
@@ -80,6 +106,8 @@ class CapacityTab(Tab):
                 W.HBox([self.bw_eff, self.flop_eff, self.run_button]),
                 self.answer,
                 self.chart,
+                W.HBox([self.measured, self.compare_button]),
+                self.comparison,
             ]
         )
         self.widget.add_class("ie-capacity")
@@ -89,11 +117,42 @@ class CapacityTab(Tab):
         return [self.chart]
 
     def set_busy(self, busy: bool) -> None:
-        self.run_button.disabled = busy
+        self.run_button.disabled = self.compare_button.disabled = busy
+
+    def compare(self) -> None:
+        """The model's error against a measured result of the same setup: its workload (rate,
+        request count, median lengths) simulated on the chosen chip and GPU count."""
+        from explorer.serving.simulate.whatif import simulate_measured
+
+        path = self.measured.value.strip()
+        if not path:
+            raise ValueError("give the path of a measured result JSON first")
+        rows = simulate_measured(
+            self._info(),
+            path,
+            self.chip.value,
+            self.gpus.value,
+            bw_efficiency=self.bw_eff.value,
+            flop_efficiency=self.flop_eff.value,
+        )
+        cells = "".join(
+            f"<tr><td>{r['metric']}</td><td>{_f(r['measured'])}</td>"
+            f"<td>{_f(r['simulated'])}</td><td>{_pct(r['error_pct'])}</td></tr>"
+            for r in rows
+        )
+        self.comparison.value = (
+            f"<table style='font-size:11px'><tr><th>metric</th><th>measured</th>"
+            f"<th>modelled</th><th>error</th></tr>{cells}</table>"
+        )
+        self.dash.guard.say(f"Compared the model with {html.escape(path)}.", "ok")
+
+    def _info(self):
+        from explorer.model.loader import arch_info
+
+        return arch_info(self.model.value, self.dtype.value)
 
     def run(self) -> None:
         """Simulate the curve and show the answer (errors go to the dashboard's message)."""
-        from explorer.model.loader import arch_info
         from explorer.serving import parse_goodput
         from explorer.serving.simulate.capacity import cost_per_million, curve, largest_rate
 
@@ -104,7 +163,7 @@ class CapacityTab(Tab):
         ):
             if w.value < low:
                 raise ValueError(f"{name} must be >= {low}, got {w.value}")
-        info = arch_info(self.model.value, self.dtype.value)
+        info = self._info()
         self.dash.guard.say(
             f"Simulating {info.name} on {self.gpus.value} x {self.chip.value}…", "busy"
         )
@@ -140,3 +199,11 @@ class CapacityTab(Tab):
             f"<ul style='font-size:11px'>{items}</ul></details>"
         )
         self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
+
+
+def _f(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{v:+.1f}%"

@@ -199,3 +199,30 @@ def assumptions(info, chip: Chip, tp: int, s: dict, plan: dict) -> list[str]:
             f"{s['allreduce_latency_s'] * 1e6:.0f} us each"
         )
     return out
+
+
+def simulate_measured(info, path, chip: str, tp: int = 1, **overrides) -> list[dict]:
+    """The model's error against a measured result file (vllm bench serve --save-result, or
+    ours): its workload (request count, rate, median prompt and output lengths) simulated on
+    `tp` x `chip`; rows as explorer.serving.simulate.validate.compare makes them."""
+    import statistics
+
+    from explorer.serving.metrics import load_result
+    from explorer.serving.simulate.run import simulate
+    from explorer.serving.simulate.validate import compare
+    from explorer.serving.workload import Workload
+
+    measured = load_result(path)
+    rate = measured.get("request_rate")
+    rate = None if rate in (None, "inf", float("inf")) else float(rate)
+    wl = Workload(
+        num_prompts=int(measured["completed"]),
+        arrival="poisson" if rate else "burst",
+        request_rate=rate,
+        max_concurrency=measured.get("max_concurrency"),
+        input_len=max(1, round(statistics.median(measured["input_lens"]))),
+        output_len=max(2, round(statistics.median(measured["output_lens"]))),
+    )
+    model, extra = chip_model(info, chip, tp, **overrides)
+    sim = simulate(info, wl, "continuous", model, **extra["knobs"])
+    return compare(info.name, str(path), measured, sim.result)
