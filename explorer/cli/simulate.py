@@ -69,11 +69,12 @@ def add_simulate(sub, name: str) -> None:
 def run(args) -> int:
     if args.validate:
         return _validate(args)
+    from explorer.cli.serving import workload_of
     from explorer.serving import format_summary, parse_goodput
     from explorer.serving.simulate import simulate
 
     goodput = parse_goodput(args.goodput)
-    workload = _workload(args)
+    workload = workload_of(args)
     info, model, knobs, lm = _step_model(args)
     requests = workload.requests(lm) if lm is not None else None
     res = simulate(info, workload, args.engine, model, goodput=goodput, requests=requests, **knobs)
@@ -91,12 +92,6 @@ def run(args) -> int:
     if rows:
         _print_rows(rows)
     return 0
-
-
-def _workload(args):
-    from explorer.cli.serving import workload_of
-
-    return workload_of(args)
 
 
 def _step_model(args):

@@ -12,6 +12,7 @@ it is modelled: the rows carry the what-if's assumptions.
 from __future__ import annotations
 
 from explorer.serving.simulate.run import simulate
+from explorer.serving.simulate.steptime import one_at_a_time_rate
 from explorer.serving.simulate.whatif import chip_model
 from explorer.serving.workload import Workload
 
@@ -29,8 +30,6 @@ KEYS = (
 
 def default_rates(info, model, input_len: int, output_len: int, n: int = 10) -> list[float]:
     """Rates from a fifth of one-request-at-a-time service up to well past the knee."""
-    from explorer.serving.simulate.validate import one_at_a_time_rate
-
     base = one_at_a_time_rate(info, model, input_len, output_len)
     return [base * f for f in (0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256)[:n]]
 
@@ -63,7 +62,8 @@ def curve(
         rows.append(row)
     for row in rows:
         row.update(chip=model.chip, tp=tp, model=info.name, modelled=True)
-    rows and rows[0].update(assumptions=model.assumptions, memory=extra["memory"])
+    if rows:
+        rows[0].update(assumptions=model.assumptions, memory=extra["memory"])
     return rows
 
 

@@ -16,7 +16,14 @@ import warnings
 from pathlib import Path
 
 from explorer.costs.parts import shape_of
-from explorer.serving.simulate.steptime import StepModel, busy_gap, fit, startup_delay
+from explorer.serving.simulate.run import engine_knobs
+from explorer.serving.simulate.steptime import (
+    StepModel,
+    busy_gap,
+    fit,
+    one_at_a_time_rate,
+    startup_delay,
+)
 
 # (num_prompts, input_len, output_len, arrivals/s or None for a burst): batch x context x prefill
 # chunk, prompts joining running batches (fixed arrival gaps), small enough for a laptop. The
@@ -108,11 +115,8 @@ def measure_grid(lm, engine: str, knobs: dict, grid=GRID, progress: bool = True)
     from explorer.serving.workload import Workload
 
     def run(n, i, o, rate):
-        wl = Workload(num_prompts=n, input_len=i, output_len=o, seed=7)
-        if rate is not None:
-            wl = Workload(
-                num_prompts=n, arrival="fixed", request_rate=rate, input_len=i, output_len=o, seed=7
-            )
+        arrival = "burst" if rate is None else "fixed"
+        wl = Workload(n, arrival, rate, input_len=i, output_len=o, seed=7)
         res = serve(lm, wl, engine, **knobs)
         if res.meta["status"] != "complete":
             raise ProfileError(f"profiling run {n}x{i}+{o} did not complete: {res.meta['status']}")
@@ -122,8 +126,6 @@ def measure_grid(lm, engine: str, knobs: dict, grid=GRID, progress: bool = True)
     bursts = [g for g in grid if g[3] is None]
     runs = [run(*g) for g in tqdm(bursts, desc=f"profile {engine} (bursts)", disable=not progress)]
     first = fit(shape_of(lm.info), [p for res in runs for p in _points(res.iterations)])
-    from explorer.serving.simulate.validate import one_at_a_time_rate
-
     base = one_at_a_time_rate(lm.info, first, 48, 24)
     for g in tqdm(
         [g for g in grid if g[3] is not None],
@@ -142,9 +144,7 @@ def profile(
     lm, engine: str = "continuous", *, refit: bool = False, progress: bool = True, **knobs
 ) -> StepModel:
     """The engine's step-time model on this machine: cached, or fitted from a profiling run."""
-    from explorer.serving.simulate.run import _knobs
-
-    knobs = _knobs(engine, knobs)
+    knobs = engine_knobs(engine, knobs)
     key = profile_key(lm, engine, knobs)
     model, why = (None, None) if refit else load_cached(key)
     if model is not None:

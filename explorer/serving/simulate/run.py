@@ -19,7 +19,7 @@ ENGINE_DEFAULTS = {
 }
 
 
-def _knobs(engine: str, knobs: dict) -> dict:
+def engine_knobs(engine: str, knobs: dict) -> dict:
     if engine not in ENGINE_DEFAULTS:
         raise ValueError(
             f"the simulator models {', '.join(ENGINE_DEFAULTS)}; {engine!r} is not one of them"
@@ -51,7 +51,7 @@ def simulate(
     ModelInfo, for the cost model's shape; requests: the workload's requests as the measured run
     tokenized them, so both see the same prompt lengths). The result has the serving lab's records, iterations
     and vLLM result keys; meta["modelled"] is True and meta["assumptions"] lists what it assumed."""
-    knobs = _knobs(engine, knobs)
+    knobs = engine_knobs(engine, knobs)
     if isinstance(workload, Workload):
         wl = workload
         requests = requests or workload.requests(vocab_size=info.vocab_size)

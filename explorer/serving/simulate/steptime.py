@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from explorer.costs.calibrate import EffectiveRates, _nnls
-from explorer.costs.parts import Shape, forward_flops
+from explorer.costs.parts import Shape, forward_flops, shape_of
 
 STEP_RULE = (
     "seconds = bytes / effective bandwidth + FLOPs / effective FLOP/s + per-iteration overhead "
@@ -196,3 +196,12 @@ def startup_delay(results: list) -> float:
         if sent and res.iterations:
             delays.append(max(0.0, res.iterations[0].start_s - min(sent)))
     return statistics.median(delays) if delays else 0.0
+
+
+def one_at_a_time_rate(info, model: StepModel, input_len: int, output_len: int) -> float:
+    """Requests/s that one-request-at-a-time service would sustain (modelled, from the fit)."""
+    shape = shape_of(info)
+    s = model.seconds(shape, [[input_len, 0]]) + sum(
+        model.seconds(shape, [[1, input_len + k]]) for k in range(output_len - 1)
+    )
+    return 1.0 / (s + output_len * model.gap_s)

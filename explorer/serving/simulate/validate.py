@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import statistics
 
-from explorer.costs.parts import shape_of
-from explorer.serving.simulate.steptime import StepModel
+from explorer.serving.simulate.profile import profile
+from explorer.serving.simulate.run import simulate
+from explorer.serving.simulate.steptime import StepModel, one_at_a_time_rate
 
 METRICS = (
     "median_ttft_ms",
@@ -24,15 +25,6 @@ METRICS = (
     "output_throughput",
 )
 P50_METRICS = ("median_ttft_ms", "median_tpot_ms", "output_throughput")
-
-
-def one_at_a_time_rate(info, model: StepModel, input_len: int, output_len: int) -> float:
-    """Requests/s that one-request-at-a-time service would sustain (modelled, from the fit)."""
-    shape = shape_of(info)
-    s = model.seconds(shape, [[input_len, 0]]) + sum(
-        model.seconds(shape, [[1, input_len + k]]) for k in range(output_len - 1)
-    )
-    return 1.0 / (s + output_len * model.gap_s)
 
 
 def heldout_workloads(info, model: StepModel, n: int = 32) -> list[tuple[str, object]]:
@@ -103,8 +95,6 @@ def validate(
     from tqdm.auto import tqdm
 
     from explorer.serving.run import serve
-    from explorer.serving.simulate.profile import profile
-    from explorer.serving.simulate.run import simulate
 
     model = profile(lm, engine, refit=refit, progress=progress, **knobs)
     rows = []

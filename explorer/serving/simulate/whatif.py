@@ -103,7 +103,7 @@ class ChipStepModel(StepModel):
         s = self.settings
         memory = w["bytes"] / self.tp / (self.bandwidth_gbps * 1e9 * s["bw_efficiency"])
         compute = w["flops"] / self.tp / (self.tflops * 1e12 * s["flop_efficiency"])
-        return max(memory, compute) + s["iteration_overhead_s"] + self.allreduce_s(shape, w)
+        return max(memory, compute) + self.iteration_s + self.allreduce_s(shape, w)
 
     def allreduce_s(self, shape: Shape, work: dict) -> float:
         if self.tp == 1:
@@ -155,11 +155,11 @@ def chip_model(info, chip_name: str, tp: int = 1, **overrides) -> tuple[ChipStep
     check_tp(shape, chip, tp)
     plan = memory_plan(info, chip, tp, settings)
     model = ChipStepModel(
-        0.0,
-        0.0,
-        settings["iteration_overhead_s"],
-        0.0,
-        0.0,
+        s_per_byte=0.0,  # unused: the chip's peaks x efficiencies set the speeds (CHIP_RULE)
+        s_per_flop=0.0,
+        iteration_s=settings["iteration_overhead_s"],
+        request_s=0.0,
+        token_s=0.0,
         method="modelled",
         rule=CHIP_RULE,
         key={"model": info.name, "dtype": info.dtype, "device": f"{tp}x {chip.name} (modelled)"},
