@@ -56,6 +56,11 @@ def control(spec: Spec, value, name: str) -> W.Widget:
     )
     if spec.kind is bool:
         widget = W.Checkbox(value=bool(value), description=spec.label, indent=False)
+    elif spec.choices:
+        kw.pop("continuous_update")
+        widget = W.Dropdown(value=value, options=list(spec.choices), **kw)
+    elif spec.kind is str:
+        widget = W.Text(value=value or "", placeholder="none" if spec.optional else "", **kw)
     elif spec.optional and spec.low is not None and spec.low >= 1:  # 0 is free to mean "none"
         widget = W.IntText(value=value or 0, **{**kw, "tooltip": f"0 = none: {spec.help}"})
     elif spec.optional:
@@ -76,6 +81,9 @@ def read_control(field: str, spec: Spec, widget: W.Widget):
     value = widget.value
     if spec.kind is bool:
         return bool(value)
+    if spec.kind is str and not spec.choices:
+        text = value.strip()
+        return None if spec.optional and text.lower() in ("", "none") else text
     if spec.optional and spec.low is not None and spec.low >= 1:
         return None if value == 0 else value
     if spec.optional:

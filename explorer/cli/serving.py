@@ -1,10 +1,12 @@
 """explorer bench serving: a workload through one engine, with vllm bench serve's summary table.
 
 Registered under `explorer bench` (cli/bench.py lists it); the flags follow `vllm bench serve`.
+Each engine knob's flag is built from the engine's Knobs declaration (explorer.serving.engines).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 
 
@@ -21,9 +23,6 @@ def add_bench_serving(bench) -> None:
         help="local model (default bundled:target); with --engine http its tokenizer makes "
         "the text prompts",
     )
-    p.add_argument("--base-url", default="http://127.0.0.1:8000", help="http engine: the server")
-    p.add_argument("--served-model", default=None, help="http engine: the model name it serves")
-    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     add_workload_flags(p)
     p.add_argument(
         "--goodput",
@@ -32,23 +31,7 @@ def add_bench_serving(bench) -> None:
         metavar="SLO",
         help="SLOs in ms, e.g. --goodput ttft:500 tpot:50",
     )
-    p.add_argument("--max-batch", type=int, default=8, help="static engine: requests per batch")
-    p.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=50.0,
-        help="static engine: how long a batch waits to fill",
-    )
-    p.add_argument("--num-blocks", type=int, default=None, help="continuous: KV blocks (budget)")
-    p.add_argument("--page-size", type=int, default=None, help="continuous: tokens per KV block")
-    p.add_argument(
-        "--max-batch-tokens",
-        type=int,
-        default=None,
-        help="continuous: query tokens per iteration (prefill chunk limit)",
-    )
-    p.add_argument("--max-requests-per-batch", type=int, default=None)
-    p.add_argument("--scheduler", choices=("fifo", "prefill_first"), default="fifo")
+    add_knob_flags(p, ENGINES)
     p.add_argument(
         "--compare",
         default=None,
@@ -66,6 +49,31 @@ def add_bench_serving(bench) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.set_defaults(func=run)
+
+
+def add_knob_flags(p, names: tuple[str, ...]) -> None:
+    """One flag per knob of these engines, from the Knobs declarations (unset: the default)."""
+    from explorer.serving.engines import knob_table
+
+    for knob, (spec, default, takers) in knob_table(names).items():
+        flag = spec.cli or "--" + knob.replace("_", "-")
+        what = f"{', '.join(takers)} engine: {spec.help} (default {default})"
+        if spec.kind is bool:
+            p.add_argument(flag, dest=knob, action=argparse.BooleanOptionalAction, help=what)
+        elif spec.choices:
+            p.add_argument(flag, dest=knob, choices=spec.choices, help=what)
+        else:
+            meta = spec.kind.__name__.upper()
+            what = f"{what}; {spec.range_text()}"
+            p.add_argument(flag, dest=knob, type=spec.kind, metavar=meta, help=what)
+
+
+def knobs_of(args, engine: str) -> dict:
+    """The knobs of `engine` set by flags (the rest keep the declaration's defaults)."""
+    from explorer.serving import engines
+
+    names = engines.get(engine).Knobs.specs()
+    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
 
 
 def add_workload_flags(p) -> None:
@@ -124,22 +132,6 @@ def workload_of(args):
     )
 
 
-def knobs_of(args, engine: str) -> dict:
-    if engine == "static":
-        return {"max_batch": args.max_batch, "max_wait_s": args.max_wait_ms / 1e3}
-    if engine == "continuous":
-        names = ("num_blocks", "page_size", "max_batch_tokens", "max_requests_per_batch")
-        out = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-        return {**out, "scheduler": args.scheduler}
-    if engine == "http":
-        return {
-            "base_url": args.base_url,
-            "served_model": args.served_model,
-            "endpoint": args.endpoint,
-        }
-    return {}
-
-
 def run(args) -> int:
     from explorer.model.loader import load
     from explorer.serving import format_summary, parse_goodput, serve
@@ -183,17 +175,19 @@ def _vs_plain(args, lm, workload) -> None:
 
     if args.engine != "continuous":
         raise ValueError("--vs-plain compares the continuous engine with plain generate_batch")
-    knobs = knobs_of(args, "continuous")
+    from explorer.serving.engines import knobs_of as engine_knobs
+
+    knobs, _ = engine_knobs("continuous", knobs_of(args, "continuous"))
     reqs = workload.requests(lm)
     ours, bare, plain = [], [], []
 
     def wall(record: bool) -> float:
         t0 = time.perf_counter()  # wall time of the whole call, manager set-up included, as plain
-        res = serve(lm, workload, "continuous", record=record, **knobs)
+        res = serve(lm, workload, "continuous", record=record, knobs=knobs)
         return res.result["total_output_tokens"] / (time.perf_counter() - t0)
 
     for _ in range(args.repeats):  # alternating, after the run above warmed everything
-        plain.append(plain_throughput(lm, reqs, **knobs)["output_throughput"])
+        plain.append(plain_throughput(lm, reqs, knobs)["output_throughput"])
         ours.append(wall(True))
         bare.append(wall(False))
     a, b, c = (statistics.median(x) for x in (ours, plain, bare))
