@@ -38,6 +38,8 @@ class Knobs:
     """An engine's knobs: subclasses declare each one with setting(); validated when built."""
 
     engine: ClassVar[str] = "?"  # set by register()
+    batch_knob: ClassVar[str | None] = None  # the knob that limits requests per batch, if any
+    kv_knob: ClassVar[str | None] = None  # the knob that sets the KV cache's budget, if any
 
     def __post_init__(self) -> None:
         try:

@@ -34,6 +34,8 @@ TESTED = "5.25"  # the transformers minor version whose internals the recording 
 # CPU: most of RAM, which made the run 3x slower here) and warm up for CUDA graphs first.
 @dataclass
 class ContinuousKnobs(Knobs):
+    batch_knob, kv_knob = "max_requests_per_batch", "num_blocks"
+
     num_blocks: int = setting(256, "KV blocks", "paged KV cache size in blocks (the budget)", low=1)
     page_size: int = setting(32, "block tokens", "tokens per KV block", low=4, high=4096)
     max_batch_tokens: int = setting(

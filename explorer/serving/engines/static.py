@@ -16,6 +16,8 @@ from explorer.serving.engines._local import Inbox, run_batch
 
 @dataclass
 class StaticKnobs(Knobs):
+    batch_knob = "max_batch"
+
     max_batch: int = setting(8, "max batch", "requests per batch", low=1, high=1024)
     max_wait_s: float = setting(
         0.05, "max wait (s)", "how long a batch waits to fill", low=0, high=60, step=0.01
