@@ -143,3 +143,45 @@ def test_measured_and_simulated_results_record_the_same_knobs(target):
     want = {"engine": "static", "max_batch": 2, "max_wait_s": 0.0}
     assert measured.engine == want
     assert {k: simulated.engine[k] for k in want} == want
+
+
+@pytest.mark.parametrize(
+    "over, engine, want",
+    [
+        ("batch", "static", {"max_batch": 4}),
+        ("batch", "continuous", {"max_requests_per_batch": 4}),
+        ("batch", "sequential", {}),
+        ("kv", "continuous", {"num_blocks": 4}),
+    ],
+)
+def test_the_serving_sweep_sets_the_knob_each_engine_names(over, engine, want):
+    from explorer.sweeps.serving import _setting
+
+    _, knobs = _setting(over, 4, engine, 2, 8, 4, 0)
+    assert knobs == want
+    engines.knobs_of(engine, knobs)  # a knob the engine takes, in range
+
+
+def test_a_new_engine_is_one_registered_class_with_its_knobs(monkeypatch):
+    """Registering an engine (as its module would) is all the CLI and the validation need."""
+    from explorer.cli import build_parser
+    from explorer.cli.serving import knobs_of
+    from explorer.engine.settings import setting
+
+    monkeypatch.setattr(engines, "_ENGINES", dict(engines._ENGINES))
+
+    @dataclasses.dataclass
+    class ToyKnobs(engines.Knobs):
+        lanes: int = setting(2, "lanes", "requests served side by side", low=1, high=8)
+
+    @engines.register("toy", ToyKnobs, order=50)
+    class Toy(engines.Engine):
+        pass
+
+    assert engines.names()[-1] == "toy" and engines.make("toy", object()).knobs == ToyKnobs()
+    args = build_parser().parse_args(["bench", "serving", "--engine", "toy", "--lanes", "3"])
+    assert knobs_of(args, "toy") == {"lanes": 3}
+    with pytest.raises(ValueError, match="toy engine: lanes must be a whole number >= 1 and <= 8"):
+        engines.make("toy", object(), lanes=9)
+    with pytest.raises(ValueError, match="the simulator models sequential, static, continuous;"):
+        policies.policy_for("toy", ToyKnobs())

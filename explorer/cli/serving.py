@@ -11,12 +11,12 @@ import json
 
 
 def add_bench_serving(bench) -> None:
-    from explorer.serving import ENGINES
+    from explorer.serving.engines import names
 
     p = bench.add_parser(
         "serving", help="many requests through one engine: TTFT, TPOT, ITL, throughput, goodput"
     )
-    p.add_argument("--engine", choices=ENGINES, default="continuous")
+    p.add_argument("--engine", choices=names(), default="continuous")
     p.add_argument(
         "--model",
         default=None,
@@ -31,7 +31,7 @@ def add_bench_serving(bench) -> None:
         metavar="SLO",
         help="SLOs in ms, e.g. --goodput ttft:500 tpot:50",
     )
-    add_knob_flags(p, ENGINES)
+    add_knob_flags(p, names())
     p.add_argument(
         "--compare",
         default=None,
