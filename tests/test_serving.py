@@ -429,7 +429,7 @@ def test_a_kv_budget_too_small_for_one_request_fails_before_the_run(target):
         ("http", {"base_url": "localhost:8000"}, "must start with http://"),
     ],
 )
-def test_bad_engine_settings_are_clear(target, engine, knobs, message):
+def test_bad_engine_knobs_are_clear(target, engine, knobs, message):
     with pytest.raises(ValueError, match=message):
         serve(target, Workload(num_prompts=1), engine, **knobs)
 

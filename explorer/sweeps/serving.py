@@ -52,7 +52,7 @@ COLUMNS = [
 
 GLOSSARY.update(
     {
-        "engine": "serving engine (sequential, static, continuous)",
+        "engine": f"serving engine ({', '.join(engine_names(local_only=True))})",
         "over": "what the sweep varies: rate, concurrency, batch or kv",
         "value": "the setting: requests/s, in-flight limit, batch limit or KV blocks",
         "completed": "requests that finished",
@@ -197,7 +197,13 @@ register(
         params=(
             Param("values", "floats", "values", "1,2,4,8,16", "the settings to sweep"),
             Param("over", "names", "over", "rate", "rate | concurrency | batch | kv"),
-            Param("engines", "names", "engines", "continuous", "sequential, static, continuous"),
+            Param(
+                "engines",
+                "names",
+                "engines",
+                "continuous",
+                ", ".join(engine_names(local_only=True)),
+            ),
             Param("num_prompts", "int", "requests", "24", "requests per point"),
             Param("input_len", "int", "input length", "32", "prompt tokens per request"),
             Param("output_len", "int", "output length", "32", "output tokens per request"),
