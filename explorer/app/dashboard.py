@@ -800,7 +800,7 @@ def _shared_config(shared: bool | None, allowed: list[str] | None) -> tuple[bool
     if shared is None:
         shared = os.environ.get("EXPLORER_SHARED", "").strip().lower() in ("1", "true", "yes", "on")
     if allowed is None and os.environ.get("EXPLORER_MODELS_CONFIG"):
-        from explorer.app.voila.serve import read_models_config
+        from explorer.app.voila.config import read_models_config
 
         allowed = read_models_config(os.environ["EXPLORER_MODELS_CONFIG"])
     if allowed is not None:
