@@ -19,8 +19,7 @@ import pytest
 import torch
 
 from explorer import plots
-from explorer.app import Dashboard
-from explorer.app import controls as C
+from explorer.app import Dashboard, controls
 from explorer.app import dashboard as dashboard_module
 from explorer.engine.session import prompt_input
 from explorer.engine.trace import Trace
@@ -160,7 +159,7 @@ def test_every_contract_part_exists_with_its_css_class(dash):
         "bundled:target" in dash.parts["model"].options
         and "arch:gpt2" in dash.parts["model"].options
     )
-    assert C.CUSTOM_MODEL in dash.parts["model"].options and "model-custom" in dash.parts
+    assert controls.CUSTOM_MODEL in dash.parts["model"].options and "model-custom" in dash.parts
 
 
 def test_displays_as_a_widget_with_current_data(dash):
@@ -356,7 +355,7 @@ def test_prompt_change_starts_a_new_session_and_a_bad_one_keeps_the_old(dash):
 def test_unknown_model_shows_a_message_and_keeps_the_old_session(dash):
     dash.parts["step"].click()
     old = dash.session
-    dash.parts["model"].value = C.CUSTOM_MODEL
+    dash.parts["model"].value = controls.CUSTOM_MODEL
     assert "Type a hub id" in message(dash) and dash.session is old
     dash.parts["model-custom"].value = "no-such-org/no-such-model-xyz"
     assert "could not load model" in message(dash)

@@ -63,20 +63,22 @@ def test_the_dashboard_builds_every_registered_tab(target):
 
 
 def test_each_setting_has_one_control_and_one_flag():
-    from explorer.app import controls as C
+    from explorer.app import controls
     from explorer.cli import build_parser
 
-    parts = C.sampling_controls(Sampling())
-    assert set(parts) == {C.widget_name(f) for f in specs(Sampling)}
+    parts = controls.sampling_controls(Sampling())
+    assert set(parts) == {controls.widget_name(f) for f in specs(Sampling)}
     generate = build_parser()._subparsers._group_actions[0].choices["generate"]
     dests = {a.dest for a in generate._actions}
     assert set(specs(Sampling)) <= dests
     for f, spec in specs(Sampling).items():  # the widget says what the declaration says
-        assert parts[C.widget_name(f)].description == spec.label
-    run = C.session_controls(
-        ["bundled:target"], C.RunSettings(model="bundled:target", prompt="x"), free_text=False
+        assert parts[controls.widget_name(f)].description == spec.label
+    run = controls.session_controls(
+        ["bundled:target"],
+        controls.RunSettings(model="bundled:target", prompt="x"),
+        free_text=False,
     )
-    assert {C.widget_name(f) for f in specs(SessionOptions)} <= set(run)
+    assert {controls.widget_name(f) for f in specs(SessionOptions)} <= set(run)
 
 
 def test_the_dashboard_opens_on_readable_settings(target):

@@ -14,7 +14,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from explorer import plots
-from explorer.app.controls import cls
+from explorer.app.controls import tagged
 from explorer.app.guard import on_engine_thread
 from explorer.app.tabs import Tab, register
 from explorer.app.views import LiveChart, figure_widget
@@ -37,7 +37,7 @@ class SpeculativeTab(Tab):
         self._alpha_counts: dict = {}
         names = dash._model_names()
         draft = "bundled:draft" if "bundled:draft" in names else names[0]
-        self.draft = cls(
+        self.draft = tagged(
             W.Dropdown(
                 options=[*names, PROMPT_LOOKUP],
                 value=draft,
@@ -46,7 +46,7 @@ class SpeculativeTab(Tab):
             ),
             "spec-draft",
         )
-        self.k = cls(
+        self.k = tagged(
             W.IntText(
                 value=4,
                 description="k (drafts)",
@@ -55,7 +55,7 @@ class SpeculativeTab(Tab):
             ),
             "spec-k",
         )
-        self.round_button = cls(
+        self.round_button = tagged(
             W.Button(
                 description="Round",
                 icon="step-forward",
@@ -64,7 +64,7 @@ class SpeculativeTab(Tab):
             ),
             "spec-step",
         )
-        self.run_button = cls(
+        self.run_button = tagged(
             W.Button(
                 description=f"Run {RUN_TOKENS} tokens",
                 icon="forward",
@@ -72,8 +72,8 @@ class SpeculativeTab(Tab):
             ),
             "spec-run",
         )
-        self.reset_button = cls(W.Button(description="Reset", icon="refresh"), "spec-reset")
-        self.bench_button = cls(
+        self.reset_button = tagged(W.Button(description="Reset", icon="refresh"), "spec-reset")
+        self.bench_button = tagged(
             W.Button(
                 description="Benchmark k = 1..k",
                 icon="tachometer",
@@ -82,13 +82,13 @@ class SpeculativeTab(Tab):
             ),
             "spec-bench",
         )
-        self.progress = cls(
+        self.progress = tagged(
             W.IntProgress(
                 value=0, min=0, max=1, description="benchmark", layout=W.Layout(width="320px")
             ),
             "spec-progress",
         )
-        self.status = cls(
+        self.status = tagged(
             W.HTML(
                 value="Press Round: the draft proposes k tokens, the target verifies them in "
                 "one pass."
