@@ -17,7 +17,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import cls, control, labelled, read_control
+from explorer.app.controls import control, labelled, read_control, tagged
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
@@ -99,8 +99,8 @@ def build() -> tuple[W.Widget, dict]:
     run.tooltip = "serve the workload on the loaded model"
     stop = W.Button(description="Stop", icon="stop", disabled=True)
     stop.tooltip = "stop the run (finished requests are kept)"
-    parts["serve-run"], parts["serve-stop"] = cls(run, "serve-run"), cls(stop, "serve-stop")
-    parts["serve-summary"] = cls(W.HTML(value=""), "serve-summary")
+    parts["serve-run"], parts["serve-stop"] = tagged(run, "serve-run"), tagged(stop, "serve-stop")
+    parts["serve-summary"] = tagged(W.HTML(value=""), "serve-summary")
     for key, title in VIEWS:
         chart = figure_widget(plots.placeholder_figure, title)
         chart.add_class(f"ie-serve-{key}")
