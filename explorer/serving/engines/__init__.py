@@ -143,19 +143,27 @@ def knob_table(engine_names: tuple[str, ...]) -> dict[str, tuple]:
     return out
 
 
-def knobs_of(name: str, given: dict) -> tuple[Knobs, dict]:
-    """(the engine's validated Knobs from the knob names in `given`, the rest of `given`: keywords
-    of the engine's constructor such as ignore_eos; ValueError naming anything else)."""
+def _split(name: str, given: dict) -> tuple[dict, dict]:
+    """(the knobs in `given`, the engine's other constructor keywords; ValueError on anything else)."""
     cls = get(name)
     fields = [f.name for f in dataclasses.fields(cls.Knobs)]
-    rest = {k: v for k, v in given.items() if k not in fields}
-    unknown = sorted(set(rest) - set(inspect.signature(cls.__init__).parameters) - {"knobs"})
+    keywords = set(inspect.signature(cls.__init__).parameters) - {"self", "lm", "knobs"}
+    unknown = sorted(set(given) - set(fields) - keywords)
     if unknown:
         raise ValueError(
             f"the {name} engine has no knob {', '.join(unknown)}; its knobs are "
             f"{', '.join(fields) or 'none'}"
         )
-    return cls.Knobs(**{k: v for k, v in given.items() if k in fields}), rest
+    return {k: v for k, v in given.items() if k in fields}, {
+        k: v for k, v in given.items() if k not in fields
+    }
+
+
+def knobs_of(name: str, given: dict) -> tuple[Knobs, dict]:
+    """(the engine's validated Knobs from the knob names in `given`, the rest of `given`: keywords
+    of the engine's constructor such as ignore_eos; ValueError naming anything else)."""
+    values, rest = _split(name, given)
+    return get(name).Knobs(**values), rest
 
 
 def make(name: str, lm=None, knobs: Knobs | None = None, **given):
@@ -168,6 +176,8 @@ def make(name: str, lm=None, knobs: Knobs | None = None, **given):
         raise ValueError(
             f"the {name} engine takes {cls.Knobs.__name__}, not {type(knobs).__name__}"
         )
+    elif _split(name, given)[0]:
+        raise ValueError("give an engine's knobs as a Knobs object or as keywords, not both")
     return cls(lm, knobs, **given)
 
 
