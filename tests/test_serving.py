@@ -587,6 +587,8 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
         (["--max-concurrency", "0"], "max concurrency must be"),
         (["--workload", str(bad)], "line 2: not JSON"),
         (["--goodput", "ttft"], "needs a number"),
+        (["--max-batch", "2"], "--max-batch is a knob of the static engine, not of sequential"),
+        (["--compare", "static", "--max-batch", "0"], "static engine: max_batch (max batch) must"),
     ):
         rc = main(["bench", "serving", "--engine", "sequential", *argv])
         err = capsys.readouterr().err

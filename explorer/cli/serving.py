@@ -68,6 +68,26 @@ def add_knob_flags(p, names: tuple[str, ...]) -> None:
             p.add_argument(flag, dest=knob, type=spec.kind, metavar=meta, help=what)
 
 
+def engine_knobs(args, engine: str):
+    """The engine's validated Knobs: the flags given, the declaration's defaults for the rest."""
+    from explorer.serving import engines
+
+    return engines.knobs_of(engine, knobs_of(args, engine))[0]
+
+
+def check_unused_knob_flags(args, running: tuple[str, ...]) -> None:
+    """ValueError for a knob flag that no engine of this run takes (it would change nothing)."""
+    from explorer.serving.engines import knob_table, names
+
+    for knob, (spec, _, takers) in knob_table(names()).items():
+        if getattr(args, knob, None) is not None and not set(takers) & set(running):
+            flag = spec.cli or "--" + knob.replace("_", "-")
+            raise ValueError(
+                f"{flag} is a knob of the {', '.join(takers)} engine, not of "
+                f"{', '.join(running)}: choose that engine with --engine or --compare"
+            )
+
+
 def knobs_of(args, engine: str) -> dict:
     """The knobs of `engine` set by flags (the rest keep the declaration's defaults)."""
     from explorer.serving import engines
@@ -137,28 +157,31 @@ def run(args) -> int:
     from explorer.serving import format_summary, parse_goodput, serve
 
     goodput = parse_goodput(args.goodput)
-    workload = workload_of(args)  # a bad setting fails before anything loads
+    workload = workload_of(args)  # a bad setting fails before anything loads, a bad knob too
+    others = [e.strip() for e in (args.compare or "").split(",") if e.strip()]
+    knobs = {name: engine_knobs(args, name) for name in (args.engine, *others)}
+    check_unused_knob_flags(args, tuple(knobs))
     # http: the local model's tokenizer only cuts the prompts as text (the server tokenizes them
     # again and reports its own counts), as vllm bench serve uses --tokenizer
     lm = load(args.model, device=args.device, dtype=args.dtype)
-    res = serve(lm, workload, args.engine, goodput=goodput, **knobs_of(args, args.engine))
+    res = serve(lm, workload, args.engine, goodput=goodput, knobs=knobs[args.engine])
     print(format_summary(res))
     if args.json:
         res.save(args.json)
         print(f"result written to {args.json}")
-    if args.compare:
-        _compare(args, lm, workload, goodput, res)
+    if others:
+        _compare(args, lm, workload, goodput, res, {n: knobs[n] for n in others})
     if args.vs_plain:
-        _vs_plain(args, lm, workload)
+        _vs_plain(args, lm, workload, knobs[args.engine])
     return 130 if res.meta["status"].startswith("interrupted") else 0
 
 
-def _compare(args, lm, workload, goodput, base) -> None:
+def _compare(args, lm, workload, goodput, base, others: dict) -> None:
     from explorer.serving import serve
 
     print(f"\nthe same workload ({workload.num_prompts} requests) on other engines:")
-    for name in [e.strip() for e in args.compare.split(",") if e.strip()]:
-        other = serve(lm, workload, name, goodput=goodput, **knobs_of(args, name))
+    for name, knobs in others.items():
+        other = serve(lm, workload, name, goodput=goodput, knobs=knobs)
         ratio = base.result["output_throughput"] / max(other.result["output_throughput"], 1e-9)
         print(
             f"  {name:<11} {other.result['output_throughput']:9.1f} output tok/s, median TTFT "
@@ -166,7 +189,7 @@ def _compare(args, lm, workload, goodput, base) -> None:
         )
 
 
-def _vs_plain(args, lm, workload) -> None:
+def _vs_plain(args, lm, workload, knobs) -> None:
     import statistics
     import time
 
@@ -175,9 +198,6 @@ def _vs_plain(args, lm, workload) -> None:
 
     if args.engine != "continuous":
         raise ValueError("--vs-plain compares the continuous engine with plain generate_batch")
-    from explorer.serving.engines import knobs_of as engine_knobs
-
-    knobs, _ = engine_knobs("continuous", knobs_of(args, "continuous"))
     reqs = workload.requests(lm)
     ours, bare, plain = [], [], []
 

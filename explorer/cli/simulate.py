@@ -71,12 +71,13 @@ def add_simulate(sub, name: str) -> None:
 def run(args) -> int:
     if args.validate:
         return _validate(args)
-    from explorer.cli.serving import knobs_of, workload_of
+    from explorer.cli.serving import check_unused_knob_flags, knobs_of, workload_of
     from explorer.serving import format_summary, parse_goodput
     from explorer.serving.simulate import simulate
 
     goodput = parse_goodput(args.goodput)
     workload = workload_of(args)
+    check_unused_knob_flags(args, (args.engine,))
     info, model, knobs, lm = _step_model(args)
     knobs = {**knobs, **knobs_of(args, args.engine)}  # a knob's flag overrides the chip's plan
     requests = workload.requests(lm) if lm is not None else None
