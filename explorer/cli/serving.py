@@ -84,7 +84,7 @@ def check_unused_knob_flags(args, running: tuple[str, ...]) -> None:
             flag = spec.cli or "--" + knob.replace("_", "-")
             raise ValueError(
                 f"{flag} is a knob of the {', '.join(takers)} engine, not of "
-                f"{', '.join(running)}: choose that engine with --engine or --compare"
+                f"{', '.join(running)}, the engine(s) of this run"
             )
 
 
