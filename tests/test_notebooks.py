@@ -258,8 +258,6 @@ def check_09(f: dict) -> None:
         [1.0, 1.0, 1.0], rel=1e-9
     )  # floors + overhead = latency
     assert all(0 < u <= 1 for u in f["mbu"] + f["mfu"])
-    assert f["python_share_small"] > 0.25 > f["python_share_big"], "overhead shows as Python"
-    assert f["coverage"] >= 0.9
     assert "overhead" in f["map_regimes"]
     assert f["heldout_after"] < f["heldout_before"], "calibration predicts held-out steps better"
     assert f["lens_last_vs_step"] < 1e-4  # the lens at the last layer is the model's output
