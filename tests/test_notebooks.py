@@ -156,11 +156,8 @@ def read_facts(nb) -> dict:
 
 
 def check_01(f: dict) -> None:
-    assert f["logits_shape"] == [
-        1,
-        f["T"],
-        f["V"],
-    ]  # asked for every row: one row of V per position
+    # asked for every row: one row of V logits per position
+    assert f["logits_shape"] == [1, f["T"], f["V"]]
     assert f["last_only_shape"] == [1, 1, f["V"]]  # what an engine computes: the last row only
     assert abs(f["prob_sum"] - 1) < 1e-4  # softmax gives a distribution
     # Session = that pass
@@ -242,8 +239,7 @@ def check_07(f: dict) -> None:
 def check_08(f: dict) -> None:
     assert all(n == f["requests"] for n in f["completed"].values()), "every engine serves them all"
     assert all(lens == [f["output"]] * f["requests"] for lens in f["output_lens"].values())
-    assert f["best_engine"] in f["p99_ttft_ms"]
-    assert f["offered"] == sorted(f["offered"]), "the offered load (modelled) rises with the rate"
+    assert f["rate_completed"] == [f["requests"]] * len(f["rates"]), "every rate serves them all"
     assert f["knee"] is None or f["knee"] in f["rates"]
     assert f["long_len"] > 200 and f["stalled_gaps"] > 0  # gaps that overlapped the long prefill
 
