@@ -108,6 +108,14 @@ class Continuous:
         )
 
     def serve(self, requests, records, feeder, stop) -> list:
+        """The whole run holds the model's lock: transformers' loop runs on its own thread and
+        sets config.is_causal per call, so no other forward may share the model meanwhile."""
+        from explorer.model.sharing import exclusive_run
+
+        with exclusive_run(self.lm.model):
+            return self._serve(requests, records, feeder, stop)
+
+    def _serve(self, requests, records, feeder, stop) -> list:
         mgr = self.manager()
         if self.warmup:
             mgr.warmup()
@@ -250,18 +258,21 @@ class _Recorder:
 def plain_throughput(lm, requests, **knobs) -> dict:
     """The same requests (all at once) through plain model.generate_batch(), with no recording:
     the reference for what our per-iteration recording costs. Output tokens per second."""
+    from explorer.model.sharing import exclusive_run
+
     eng = Continuous(lm, **knobs)
     gen, cfg = eng.configs()
-    lm.model.destroy_cached_continuous_batching_manager()
     n = max(r.max_tokens for r in requests)
-    t0 = time.perf_counter()
-    out = lm.model.generate_batch(
-        [r.prompt_ids for r in requests],
-        generation_config=gen,
-        continuous_batching_config=cfg,
-        warmup=eng.warmup,
-        max_new_tokens=n,
-    )
-    seconds = time.perf_counter() - t0
+    with exclusive_run(lm.model):
+        lm.model.destroy_cached_continuous_batching_manager()
+        t0 = time.perf_counter()
+        out = lm.model.generate_batch(
+            [r.prompt_ids for r in requests],
+            generation_config=gen,
+            continuous_batching_config=cfg,
+            warmup=eng.warmup,
+            max_new_tokens=n,
+        )
+        seconds = time.perf_counter() - t0
     tokens = sum(len(o.generated_tokens) for o in out.values())
     return {"seconds": seconds, "output_tokens": tokens, "output_throughput": tokens / seconds}
