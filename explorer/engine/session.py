@@ -131,6 +131,7 @@ class Session:
             self.cache_len = static_cache_len(
                 self.prompt_len, max_new_tokens, lm.info.max_positions, cache_len
             )
+            _check_static_cache(lm, self.cache_len, self.batch_size)
         self._compiled = Compiled(lm.model, mode) if mode is not None else None
         self._recompiles: int | None = None  # graphs compiled during the latest timed pass
         self._cache = self._fresh_cache()
@@ -716,6 +717,24 @@ def _plain(obj):
 def _check_int(name: str, value, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
+def _check_static_cache(lm, cache_len: int, rows: int) -> None:
+    """A static cache is allocated whole: within the model's positions and the free memory."""
+    from explorer.model.memory import check_fits
+
+    limit = lm.info.max_positions
+    if limit and cache_len > limit:
+        raise ValueError(
+            f"cache_len {cache_len:,} is more than {lm.info.name}'s {limit:,} positions; "
+            f"give at most {limit:,}"
+        )
+    check_fits(
+        lm.info.kv_bytes_per_token * cache_len * rows,
+        lm.device,
+        f"a static cache of {cache_len:,} positions x {rows} row(s)",
+        "give a smaller cache_len",
+    )
 
 
 def _check_sampling(sampling) -> None:

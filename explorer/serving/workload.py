@@ -80,11 +80,11 @@ class Workload:
                 f"arrival must be one of {', '.join(ARRIVALS)}, got {self.arrival!r}"
             )
         if self.arrival != "burst":
-            if self.request_rate is None or not self.request_rate > 0:
+            if self.request_rate is None or not self.request_rate > 0:  # NaN too
                 raise WorkloadError(
                     f"request rate must be > 0 requests/s for {self.arrival} arrivals, got {self.request_rate}"
                 )
-        if self.arrival == "gamma" and not self.burstiness > 0:
+        if self.arrival == "gamma" and not (_finite(self.burstiness) and self.burstiness > 0):
             raise WorkloadError(f"burstiness must be > 0, got {self.burstiness}")
         if self.max_concurrency is not None:
             _at_least("max concurrency", self.max_concurrency, 1)
@@ -95,8 +95,9 @@ class Workload:
                 raise WorkloadError(
                     f"{what}_dist must be one of {', '.join(LENGTHS)}, got {dist!r}"
                 )
-            if getattr(self, f"{what}_spread") < 0:
-                raise WorkloadError(f"{what}_spread must be >= 0")
+            spread = getattr(self, f"{what}_spread")
+            if not _finite(spread) or spread < 0:
+                raise WorkloadError(f"{what}_spread must be a finite number >= 0, got {spread!r}")
         if not 0 <= self.shared_prefix_fraction <= 1:
             raise WorkloadError("shared_prefix_fraction must be between 0 and 1")
         if self.shared_prefix_fraction > 0 and not 0 < self.shared_prefix_len < self.input_len:
@@ -114,10 +115,12 @@ class Workload:
         the prompts are seeded random token ids below vocab_size."""
         if self.requests_override is not None:
             return [_replayed(i, r, lm) for i, r in enumerate(self.requests_override)]
+        _check_memory(self.num_prompts, self.num_prompts * self.input_len, "num_prompts")
         rng = random.Random(self.seed)
         arrivals = self.arrival_times(rng)
         ins = [self._length(rng, "input") for _ in range(self.num_prompts)]
         outs = [self._length(rng, "output") for _ in range(self.num_prompts)]
+        self._check_lengths(ins, outs, lm)  # before any prompt is built
         source = _PromptSource(lm, vocab_size, rng)
         prefix = source.take(self.shared_prefix_len) if self.shared_prefix_fraction else []
         n_shared = round(self.shared_prefix_fraction * self.num_prompts)
@@ -127,6 +130,19 @@ class Workload:
             ids, text = source.prompt(head + source.take(max(1, ins[i] - len(head))), ins[i])
             out.append(Request(f"req-{i}", ids, outs[i], arrivals[i], text))
         return out
+
+    def _check_lengths(self, ins: list[int], outs: list[int], lm) -> None:
+        """Sampled lengths within the model's context, and their prompts within memory."""
+        limit = lm.info.max_positions if lm is not None else 0
+        for i, (n_in, n_out) in enumerate(zip(ins, outs)):
+            if limit and n_in + n_out > limit:
+                raise WorkloadError(
+                    f"request {i} samples {n_in:,} prompt + {n_out:,} new tokens, more than "
+                    f"{lm.info.name}'s context of {limit:,} positions (input {self.input_dist} "
+                    f"spread {self.input_spread}, output {self.output_dist} spread "
+                    f"{self.output_spread}): lower the lengths or their spread"
+                )
+        _check_memory(len(ins), sum(ins), "the sampled prompt lengths")
 
     def arrival_times(self, rng: random.Random | None = None) -> list[float]:
         """Seconds after the start at which each request is sent (before any concurrency limit)."""
@@ -153,7 +169,7 @@ class Workload:
         if dist == "uniform":
             value = rng.uniform(value * (1 - spread), value * (1 + spread))
         elif dist == "lognormal":
-            value = math.exp(rng.gauss(math.log(value), spread))
+            value = math.exp(min(rng.gauss(math.log(value), spread), 700.0))  # no overflow
         return max(1, round(value))
 
     # --- files -----------------------------------------------------------------------------------
@@ -206,6 +222,30 @@ def save_requests(path, requests: list[Request]) -> None:
         for r in requests
     ]
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+# modelled bytes a request holds in Python while it is built and served (Request, RequestRecord,
+# its lists and floats), and per prompt token (a list slot and, for random ids, an int object)
+REQUEST_BYTES, TOKEN_BYTES = 1024, 40
+
+
+def _check_memory(n_requests: int, n_tokens: int, what: str) -> None:
+    """WorkloadError before building requests that would not fit the machine's memory."""
+    from explorer.model.device import available_bytes
+    from explorer.model.memory import HEADROOM, gib
+
+    need = n_requests * REQUEST_BYTES + n_tokens * TOKEN_BYTES
+    free = available_bytes("cpu")
+    if free is not None and need > HEADROOM * free:
+        raise WorkloadError(
+            f"{what}: {n_requests:,} requests of {n_tokens:,} prompt tokens in all need "
+            f"{gib(need)} (modelled) to build, this machine has {gib(free)} available; "
+            "ask for fewer prompts or shorter ones"
+        )
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _at_least(name: str, value, low: int) -> None:
