@@ -6,6 +6,10 @@ Registered under `explorer bench` (cli/bench.py lists it); the flags follow `vll
 from __future__ import annotations
 
 import json
+import math
+import sys
+
+from explorer.cli.common import whole, writable
 
 
 def add_bench_serving(bench) -> None:
@@ -24,6 +28,13 @@ def add_bench_serving(bench) -> None:
     p.add_argument("--base-url", default="http://127.0.0.1:8000", help="http engine: the server")
     p.add_argument("--served-model", default=None, help="http engine: the model name it serves")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="http engine: seconds a request may wait for the server's next bytes",
+    )
     add_workload_flags(p)
     p.add_argument(
         "--goodput",
@@ -61,7 +72,7 @@ def add_bench_serving(bench) -> None:
         help="continuous: alternate with plain generate_batch (no recording) and print "
         "the throughput ratio",
     )
-    p.add_argument("--repeats", type=int, default=3, help="--vs-plain: alternating repeats")
+    p.add_argument("--repeats", type=whole(1), default=3, help="--vs-plain: alternating repeats")
     p.add_argument("--json", default=None, metavar="FILE", help="write the result (vLLM's keys)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -132,40 +143,82 @@ def knobs_of(args, engine: str) -> dict:
         out = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
         return {**out, "scheduler": args.scheduler}
     if engine == "http":
+        timeout = getattr(args, "request_timeout", 600.0)
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"--request-timeout must be a number of seconds > 0, got {timeout}")
         return {
             "base_url": args.base_url,
             "served_model": args.served_model,
             "endpoint": args.endpoint,
+            "timeout_s": timeout,
         }
     return {}
 
 
 def run(args) -> int:
     from explorer.model.loader import load
-    from explorer.serving import format_summary, parse_goodput, serve
+    from explorer.serving import ENGINES, parse_goodput, serve
+    from explorer.serving.run import RunInterrupted
 
     goodput = parse_goodput(args.goodput)
     workload = workload_of(args)  # a bad setting fails before anything loads
+    writable(args.json, "--json")
+    for name in [args.engine] + _compared(args):
+        if name not in ENGINES:
+            raise ValueError(
+                f"--compare: unknown engine {name!r}; the engines are {', '.join(ENGINES)}"
+            )
+        knobs_of(args, name)  # a bad flag fails before anything loads
     # http: the local model's tokenizer only cuts the prompts as text (the server tokenizes them
     # again and reports its own counts), as vllm bench serve uses --tokenizer
     lm = load(args.model, device=args.device, dtype=args.dtype)
-    res = serve(lm, workload, args.engine, goodput=goodput, **knobs_of(args, args.engine))
-    print(format_summary(res))
-    if args.json:
-        res.save(args.json)
-        print(f"result written to {args.json}")
+    try:
+        res = serve(lm, workload, args.engine, goodput=goodput, **knobs_of(args, args.engine))
+    except RunInterrupted as stopped:  # keep what it measured, marked partial; go no further
+        _report(args, stopped.result)
+        raise
+    _report(args, res)
     if args.compare:
         _compare(args, lm, workload, goodput, res)
     if args.vs_plain:
         _vs_plain(args, lm, workload)
-    return 130 if res.meta["status"].startswith("interrupted") else 0
+    return _exit_status(res)
+
+
+def _report(args, res) -> None:
+    from explorer.serving import format_summary
+
+    print(format_summary(res))
+    if res.meta.get("partial"):
+        print(f"status: {res.meta['status']} (partial: these figures are not a finished run)")
+    if args.json:
+        res.save(args.json)
+        print(
+            f"result written to {args.json}" + (" (marked partial)" if res.meta["partial"] else "")
+        )
+
+
+def _exit_status(res) -> int:
+    """Non-zero, with one line on stderr, when not one request completed."""
+    if any(r.ok for r in res.records):
+        return 0
+    errors = sorted({r.error for r in res.records if r.error})
+    print(
+        f"explorer: every one of the {len(res.records)} requests failed ({'; '.join(errors[:3])})",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _compared(args) -> list[str]:
+    return [e.strip() for e in (args.compare or "").split(",") if e.strip()]
 
 
 def _compare(args, lm, workload, goodput, base) -> None:
     from explorer.serving import serve
 
     print(f"\nthe same workload ({workload.num_prompts} requests) on other engines:")
-    for name in [e.strip() for e in args.compare.split(",") if e.strip()]:
+    for name in _compared(args):
         other = serve(lm, workload, name, goodput=goodput, **knobs_of(args, name))
         ratio = base.result["output_throughput"] / max(other.result["output_throughput"], 1e-9)
         print(

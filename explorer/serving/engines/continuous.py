@@ -137,10 +137,12 @@ class Continuous:
             )
 
         feeder.start(send)
+        cut = True  # until _collect returns: a stop, Ctrl-C or an error cuts the run short
         try:
             self._collect(mgr, records, feeder, stop, len(requests))
+            cut = stop.is_set()
         finally:
-            mgr.stop(block=True, timeout=10)
+            _stop_manager(mgr, hard=cut)
             self.lm.model.destroy_cached_continuous_batching_manager()
             feeder.join()
         return iterations
@@ -166,6 +168,26 @@ class Continuous:
         for rec in records.values():
             if rec.end_s is None and rec.error is None:
                 rec.error = "stopped before it finished"
+
+
+def _stop_manager(mgr, hard: bool) -> None:
+    """Stop transformers' loop and wait until its thread has really ended (the model's lock is
+    released only then). A run cut short stops at once (hard_stop), its unfinished requests
+    failed quietly: our records say which were cut, in one line of ours, not one warning each."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("ContinuousBatchingLogger", "transformers")]
+    levels = [lg.level for lg in loggers]
+    if hard:
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL)
+    try:
+        mgr.stop(block=True, timeout=10, hard_stop=hard)
+        while mgr.is_running():
+            mgr._generation_thread.join(0.1)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def check_kv_budget(requests, num_blocks: int, page_size: int) -> None:
