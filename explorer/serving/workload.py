@@ -73,6 +73,11 @@ class Workload:
 
     def check(self) -> None:
         if self.requests_override is not None:
+            if not isinstance(self.requests_override, list) or not self.requests_override:
+                raise WorkloadError("requests_override must be a non-empty list of requests")
+            self.requests_override = [
+                _check_row(row, f"request {i}") for i, row in enumerate(self.requests_override)
+            ]
             return
         _at_least("num_prompts", self.num_prompts, 1)
         if self.arrival not in ARRIVALS:
@@ -183,7 +188,10 @@ class Workload:
         unknown = set(data) - names
         if unknown:
             raise WorkloadError(f"unknown workload fields: {', '.join(sorted(unknown))}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except TypeError as err:  # a comparison of a field of the wrong type
+            raise WorkloadError(f"a workload field has the wrong type ({err})") from None
 
     def save(self, path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
@@ -194,15 +202,24 @@ class Workload:
         if path.suffix == ".jsonl":
             return cls.from_jsonl(path)
         try:
-            return cls.from_dict(json.loads(path.read_text()))
+            data = json.loads(_text_of(path))
         except json.JSONDecodeError as err:
             raise WorkloadError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+        if not isinstance(data, dict):
+            raise WorkloadError(
+                f"{path}: expected a JSON object of workload fields, got a JSON "
+                f"{type(data).__name__} (a trace of requests is a .jsonl file, one per line)"
+            )
+        try:
+            return cls.from_dict(data)
+        except WorkloadError as err:
+            raise WorkloadError(f"{path}: {err}") from None
 
     @classmethod
     def from_jsonl(cls, path, ignore_eos: bool = True) -> Workload:
         """A replayed trace: one {"prompt": text or [ids], "max_tokens": N, "arrival_s": t} per line."""
         rows = []
-        for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        for n, line in enumerate(_text_of(Path(path)).splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -253,25 +270,48 @@ def _at_least(name: str, value, low: int) -> None:
         raise WorkloadError(f"{name} must be a whole number >= {low}, got {value!r}")
 
 
+MAX_ARRIVAL_S = 7 * 24 * 3600.0  # a replayed trace longer than a week is a unit mistake
+MAX_TOKENS = 10_000_000
+
+
+def _text_of(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise WorkloadError(
+            f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8 JSON"
+        ) from None
+
+
 def _check_row(row, where: str) -> dict:
+    """One replayed request, each field checked: type, finite, in range (the message says where)."""
     if not isinstance(row, dict) or "prompt" not in row:
         raise WorkloadError(f"{where}: expected an object with a 'prompt', got {str(row)[:60]}")
     prompt = row["prompt"]
-    ok = (
-        isinstance(prompt, str)
-        and prompt
-        or (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt))
+    ids_ok = isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
     )
-    if not ok:
-        raise WorkloadError(f"{where}: 'prompt' must be non-empty text or a list of token ids")
-    max_tokens = row.get("max_tokens", 32)
-    if not isinstance(max_tokens, int) or max_tokens < 1:
+    if not ((isinstance(prompt, str) or ids_ok) and prompt):
         raise WorkloadError(
-            f"{where}: 'max_tokens' must be a whole number >= 1, got {max_tokens!r}"
+            f"{where}: 'prompt' must be non-empty text or a list of token ids (whole numbers "
+            f">= 0), got {str(prompt)[:60]}"
+        )
+    max_tokens = row.get("max_tokens", 32)
+    if (
+        not isinstance(max_tokens, int)
+        or isinstance(max_tokens, bool)
+        or not 1 <= max_tokens <= MAX_TOKENS
+    ):
+        raise WorkloadError(
+            f"{where}: 'max_tokens' must be a whole number from 1 to {MAX_TOKENS:,}, got "
+            f"{max_tokens!r}"
         )
     arrival = row.get("arrival_s", 0.0)
-    if not isinstance(arrival, (int, float)) or arrival < 0:
-        raise WorkloadError(f"{where}: 'arrival_s' must be a number >= 0, got {arrival!r}")
+    if not _finite(arrival) or not 0 <= arrival <= MAX_ARRIVAL_S:
+        raise WorkloadError(
+            f"{where}: 'arrival_s' must be a finite number of seconds from 0 to "
+            f"{MAX_ARRIVAL_S:,.0f} (a week), got {arrival!r}"
+        )
     return {"prompt": prompt, "max_tokens": max_tokens, "arrival_s": float(arrival)}
 
 

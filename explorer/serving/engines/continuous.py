@@ -78,8 +78,17 @@ class Continuous:
         return {"engine": "continuous", **self.knobs, "transformers": transformers.__version__}
 
     def check(self, requests) -> None:
+        from explorer.model.memory import check_fits
+
         check_lengths(self.lm, requests)
-        check_kv_budget(requests, self.knobs["num_blocks"], self.knobs["page_size"])
+        blocks, page = self.knobs["num_blocks"], self.knobs["page_size"]
+        check_kv_budget(requests, blocks, page)
+        check_fits(
+            blocks * page * self.lm.info.kv_bytes_per_token,
+            self.lm.device,
+            f"the continuous engine's paged KV cache ({blocks:,} blocks x {page} tokens)",
+            "give fewer --num-blocks",
+        )
 
     # --- the run ---------------------------------------------------------------------------------
 
