@@ -45,6 +45,13 @@ class _Fake(BaseHTTPRequestHandler):
             return self._send(200, json.dumps({"choices": [{"text": "ok"}]}).encode())
         if m.get("status"):
             return self._send(m["status"], b'{"error": "broken"}')
+        if m.get("stall"):  # the first token, then nothing for `stall` seconds
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b'data: {"choices": [{"text": " t0"}]}\n\n')
+            self.wfile.flush()
+            return m["stall"].wait(30)
         lines = [{"choices": [{"text": f" t{i}"}]} for i in range(m.get("chunks", 2))]
         lines.append({"choices": [], "usage": {"completion_tokens": m.get("usage", 2)}})
         out = "".join(f"data: {json.dumps(x)}\n\n" for x in lines)
@@ -100,6 +107,17 @@ def test_every_request_failing_exits_non_zero_with_one_line(fake_server, tmp_pat
     ours = [x for x in capsys.readouterr().err.splitlines() if x.startswith("explorer:")]
     assert len(ours) == 1 and "every one of the 2 requests failed" in ours[0]
     assert json.loads(out.read_text())["status"] == "failed"
+
+
+def test_a_stalled_stream_ends_at_the_request_timeout(fake_server, capsys):
+    release = threading.Event()
+    url = fake_server(stall=release)
+    args = ["bench", "serving", "--engine", "http", "--base-url", url, "--num-prompts", "1"]
+    try:
+        assert main([*args, "--request-timeout", "0.5"]) == 1
+    finally:
+        release.set()
+    assert "ReadTimeout" in capsys.readouterr().err
 
 
 def test_a_request_timeout_must_be_positive(capsys):
@@ -187,9 +205,18 @@ def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "line, words",
     [
-        ('{"prompt": [1, 2], "arrival_s": NaN}', "line 2: 'arrival_s' must be a finite number"),
-        ('{"prompt": [1, 2], "arrival_s": 1e12}', "line 2: 'arrival_s' must be a finite number"),
-        ('{"prompt": [1, 2], "max_tokens": "5"}', "line 2: 'max_tokens' must be a whole number"),
+        (
+            '{"prompt": [1, 2], "arrival_s": NaN}',
+            "line 2: 'arrival_s' must be a number >= 0 and <= 604,800 s",
+        ),
+        (
+            '{"prompt": [1, 2], "arrival_s": 1e12}',
+            "line 2: 'arrival_s' must be a number >= 0 and <= 604,800 s",
+        ),
+        (
+            '{"prompt": [1, 2], "max_tokens": "5"}',
+            "line 2: 'max_tokens' must be a whole number >= 1",
+        ),
         ('{"prompt": [1.5, 2]}', "line 2: 'prompt' must be non-empty text or a list of token ids"),
     ],
 )

@@ -303,14 +303,14 @@ def _check_row(row, where: str) -> dict:
         or not 1 <= max_tokens <= MAX_TOKENS
     ):
         raise WorkloadError(
-            f"{where}: 'max_tokens' must be a whole number from 1 to {MAX_TOKENS:,}, got "
+            f"{where}: 'max_tokens' must be a whole number >= 1 and <= {MAX_TOKENS:,}, got "
             f"{max_tokens!r}"
         )
     arrival = row.get("arrival_s", 0.0)
     if not _finite(arrival) or not 0 <= arrival <= MAX_ARRIVAL_S:
         raise WorkloadError(
-            f"{where}: 'arrival_s' must be a finite number of seconds from 0 to "
-            f"{MAX_ARRIVAL_S:,.0f} (a week), got {arrival!r}"
+            f"{where}: 'arrival_s' must be a number >= 0 and <= {MAX_ARRIVAL_S:,.0f} s (a "
+            f"week), got {arrival!r}"
         )
     return {"prompt": prompt, "max_tokens": max_tokens, "arrival_s": float(arrival)}
 
