@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+
+from explorer.cli.common import whole, writable
 
 
 def add_bench_serving(bench) -> None:
@@ -44,7 +47,7 @@ def add_bench_serving(bench) -> None:
         help="continuous: alternate with plain generate_batch (no recording) and print "
         "the throughput ratio",
     )
-    p.add_argument("--repeats", type=int, default=3, help="--vs-plain: alternating repeats")
+    p.add_argument("--repeats", type=whole(1), default=3, help="--vs-plain: alternating repeats")
     p.add_argument("--json", default=None, metavar="FILE", help="write the result (vLLM's keys)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -154,26 +157,54 @@ def workload_of(args):
 
 def run(args) -> int:
     from explorer.model.loader import load
-    from explorer.serving import format_summary, parse_goodput, serve
+    from explorer.serving import parse_goodput, serve
+    from explorer.serving.run import RunInterrupted
 
     goodput = parse_goodput(args.goodput)
     workload = workload_of(args)  # a bad setting fails before anything loads, a bad knob too
+    writable(args.json, "--json")
     others = [e.strip() for e in (args.compare or "").split(",") if e.strip()]
     knobs = {name: engine_knobs(args, name) for name in (args.engine, *others)}
     check_unused_knob_flags(args, tuple(knobs))
     # http: the local model's tokenizer only cuts the prompts as text (the server tokenizes them
     # again and reports its own counts), as vllm bench serve uses --tokenizer
     lm = load(args.model, device=args.device, dtype=args.dtype)
-    res = serve(lm, workload, args.engine, goodput=goodput, knobs=knobs[args.engine])
-    print(format_summary(res))
-    if args.json:
-        res.save(args.json)
-        print(f"result written to {args.json}")
+    try:
+        res = serve(lm, workload, args.engine, goodput=goodput, knobs=knobs[args.engine])
+    except RunInterrupted as stopped:  # keep what it measured, marked partial; go no further
+        _report(args, stopped.result)
+        raise
+    _report(args, res)
     if others:
         _compare(args, lm, workload, goodput, res, {n: knobs[n] for n in others})
     if args.vs_plain:
         _vs_plain(args, lm, workload, knobs[args.engine])
-    return 130 if res.meta["status"].startswith("interrupted") else 0
+    return _exit_status(res)
+
+
+def _report(args, res) -> None:
+    from explorer.serving import format_summary
+
+    print(format_summary(res))
+    if res.meta.get("partial"):
+        print(f"status: {res.meta['status']} (partial: these figures are not a finished run)")
+    if args.json:
+        res.save(args.json)
+        print(
+            f"result written to {args.json}" + (" (marked partial)" if res.meta["partial"] else "")
+        )
+
+
+def _exit_status(res) -> int:
+    """Non-zero, with one line on stderr, when not one request completed."""
+    if any(r.ok for r in res.records):
+        return 0
+    errors = sorted({r.error for r in res.records if r.error})
+    print(
+        f"explorer: every one of the {len(res.records)} requests failed ({'; '.join(errors[:3])})",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _compare(args, lm, workload, goodput, base, others: dict) -> None:

@@ -131,6 +131,7 @@ class Session:
             self.cache_len = static_cache_len(
                 self.prompt_len, max_new_tokens, lm.info.max_positions, cache_len
             )
+            _check_static_cache(lm, self.cache_len, self.batch_size)
         self._compiled = Compiled(lm.model, mode) if mode is not None else None
         self._recompiles: int | None = None  # graphs compiled during the latest timed pass
         self._cache = self._fresh_cache()
@@ -278,6 +279,10 @@ class Session:
         prefill (the next step is a prefill again). distribution() is unavailable until the next step.
         """
         _check_int("k", k, 0)
+        with self._exclusive("rewind()", wait=True):
+            self._rewind_unlocked(k)
+
+    def _rewind_unlocked(self, k: int) -> None:
         n = len(self.trace.steps)
         if k > n:
             raise ValueError(f"cannot rewind {k} tokens: only {n} have been generated")
@@ -304,6 +309,10 @@ class Session:
 
     def fork(self) -> Session:
         """An independent copy (cache, generator, trace) to explore another branch."""
+        with self._exclusive("fork()", wait=True):
+            return self._fork_unlocked()
+
+    def _fork_unlocked(self) -> Session:
         other = copy.copy(self)
         other.sampling = dataclasses.replace(self.sampling)
         other._cache = copy_cache(self._cache)
@@ -327,11 +336,12 @@ class Session:
         the Trace's own record theirs in `Step.sampling`.
         """
         _check_sampling(sampling)
-        if sampling.seed is not None and sampling.seed != self.sampling.seed:
-            self._gen = make_generator(sampling.seed)
-        self.sampling = dataclasses.replace(sampling)
-        now = sampling.to_dict()
-        self._override = None if now == {k: self.trace.settings.get(k) for k in now} else now
+        with self._exclusive("set_sampling()", wait=True):
+            if sampling.seed is not None and sampling.seed != self.sampling.seed:
+                self._gen = make_generator(sampling.seed)
+            self.sampling = dataclasses.replace(sampling)
+            now = sampling.to_dict()
+            self._override = None if now == {k: self.trace.settings.get(k) for k in now} else now
 
     def distribution(self, row: int = 0) -> dict:
         """The full distribution of the latest step (the one that chose the last token).
@@ -425,13 +435,22 @@ class Session:
         return replay_of(self, step)
 
     @contextmanager
-    def _exclusive(self, what: str):
-        if not self._busy.acquire(blocking=False):
+    def _exclusive(self, what: str, *, wait: bool = False):
+        """This session's lock (SessionBusy unless `wait`: a mutation waits for the step that
+        runs), then, for a forward pass, its model's: one forward at a time per model, whichever
+        Session, replay or serving run asks (explorer.model.sharing)."""
+        from explorer.model.sharing import model_lock
+
+        if not self._busy.acquire(blocking=wait):
             raise SessionBusy(
                 f"{what} cannot run while another step runs on this session; try again when it ends"
             )
         try:
-            yield
+            if wait:  # rewind, fork, set_sampling: this session's state only, no forward pass
+                yield
+            else:
+                with model_lock(self.lm.model):
+                    yield
         finally:
             self._busy.release()
 
@@ -703,6 +722,24 @@ def _plain(obj):
 def _check_int(name: str, value, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
+def _check_static_cache(lm, cache_len: int, rows: int) -> None:
+    """A static cache is allocated whole: within the model's positions and the free memory."""
+    from explorer.model.memory import check_fits
+
+    limit = lm.info.max_positions
+    if limit and cache_len > limit:
+        raise ValueError(
+            f"cache_len {cache_len:,} is more than {lm.info.name}'s {limit:,} positions; "
+            f"give at most {limit:,}"
+        )
+    check_fits(
+        lm.info.kv_bytes_per_token * cache_len * rows,
+        lm.device,
+        f"a static cache of {cache_len:,} positions x {rows} row(s)",
+        "give a smaller cache_len",
+    )
 
 
 def _check_sampling(sampling) -> None:

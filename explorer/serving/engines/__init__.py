@@ -182,13 +182,27 @@ def make(name: str, lm=None, knobs: Knobs | None = None, **given):
 
 
 def check_lengths(lm, requests) -> None:
-    """Every request fits the model's context (prompt + max_tokens <= max positions)."""
+    """Every request fits the model's context (prompt + max_tokens <= max positions) and its
+    vocabulary."""
+    check_vocabulary(lm, requests)
     limit = lm.info.max_positions
     for r in requests:
         if limit and len(r.prompt_ids) + r.max_tokens > limit:
             raise ValueError(
                 f"request {r.id} asks for {len(r.prompt_ids)} prompt + {r.max_tokens} new tokens, "
                 f"more than {lm.info.name}'s context of {limit} positions"
+            )
+
+
+def check_vocabulary(lm, requests) -> None:
+    """Every prompt token id is one the model has (0 to vocab_size - 1)."""
+    vocab = lm.info.vocab_size
+    for r in requests:
+        bad = [t for t in r.prompt_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(
+                f"request {r.id} has token ids {bad[:3]} outside {lm.info.name}'s vocabulary "
+                f"(0 to {vocab - 1})"
             )
 
 

@@ -86,8 +86,17 @@ class Continuous(Engine):
         return {**super().describe(), "transformers": transformers.__version__}
 
     def check(self, requests) -> None:
+        from explorer.model.memory import check_fits
+
         check_lengths(self.lm, requests)
         check_kv_budget(requests, self.knobs)
+        blocks, page = self.knobs.num_blocks, self.knobs.page_size
+        check_fits(
+            blocks * page * self.lm.info.kv_bytes_per_token,
+            self.lm.device,
+            f"the continuous engine's paged KV cache ({blocks:,} blocks x {page} tokens)",
+            "give fewer --num-blocks",
+        )
 
     # --- the run ---------------------------------------------------------------------------------
 
@@ -116,6 +125,14 @@ class Continuous(Engine):
         )
 
     def serve(self, requests, records, feeder, stop) -> list:
+        """The whole run holds the model's lock: transformers' loop runs on its own thread and
+        sets config.is_causal per call, so no other forward may share the model meanwhile."""
+        from explorer.model.sharing import exclusive_run
+
+        with exclusive_run(self.lm.model):
+            return self._serve(requests, records, feeder, stop)
+
+    def _serve(self, requests, records, feeder, stop) -> list:
         mgr = self.manager()
         if self.warmup:
             mgr.warmup()
@@ -137,10 +154,12 @@ class Continuous(Engine):
             )
 
         feeder.start(send)
+        cut = True  # until _collect returns: a stop, Ctrl-C or an error cuts the run short
         try:
             self._collect(mgr, records, feeder, stop, len(requests))
+            cut = stop.is_set()
         finally:
-            mgr.stop(block=True, timeout=10)
+            _stop_manager(mgr, hard=cut)
             self.lm.model.destroy_cached_continuous_batching_manager()
             feeder.join()
         return iterations
@@ -166,6 +185,26 @@ class Continuous(Engine):
         for rec in records.values():
             if rec.end_s is None and rec.error is None:
                 rec.error = "stopped before it finished"
+
+
+def _stop_manager(mgr, hard: bool) -> None:
+    """Stop transformers' loop and wait until its thread has really ended (the model's lock is
+    released only then). A run cut short stops at once (hard_stop), its unfinished requests
+    failed quietly: our records say which were cut, in one line of ours, not one warning each."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("ContinuousBatchingLogger", "transformers")]
+    levels = [lg.level for lg in loggers]
+    if hard:
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL)
+    try:
+        mgr.stop(block=True, timeout=10, hard_stop=hard)
+        while mgr.is_running():
+            mgr._generation_thread.join(0.1)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def check_kv_budget(requests, knobs: ContinuousKnobs) -> None:
@@ -258,18 +297,21 @@ class _Recorder:
 def plain_throughput(lm, requests, knobs: ContinuousKnobs) -> dict:
     """The same requests (all at once) through plain model.generate_batch(), with no recording:
     the reference for what our per-iteration recording costs. Output tokens per second."""
+    from explorer.model.sharing import exclusive_run
+
     eng = Continuous(lm, knobs)
     gen, cfg = eng.configs()
-    lm.model.destroy_cached_continuous_batching_manager()
     n = max(r.max_tokens for r in requests)
-    t0 = time.perf_counter()
-    out = lm.model.generate_batch(
-        [r.prompt_ids for r in requests],
-        generation_config=gen,
-        continuous_batching_config=cfg,
-        warmup=eng.warmup,
-        max_new_tokens=n,
-    )
-    seconds = time.perf_counter() - t0
+    with exclusive_run(lm.model):
+        lm.model.destroy_cached_continuous_batching_manager()
+        t0 = time.perf_counter()
+        out = lm.model.generate_batch(
+            [r.prompt_ids for r in requests],
+            generation_config=gen,
+            continuous_batching_config=cfg,
+            warmup=eng.warmup,
+            max_new_tokens=n,
+        )
+        seconds = time.perf_counter() - t0
     tokens = sum(len(o.generated_tokens) for o in out.values())
     return {"seconds": seconds, "output_tokens": tokens, "output_throughput": tokens / seconds}

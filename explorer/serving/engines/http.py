@@ -39,7 +39,14 @@ class HttpKnobs(Knobs):
         "/v1/completions or /v1/chat/completions",
         choices=("completions", "chat"),
     )
-    timeout_s: float = setting(600.0, "timeout (s)", "per request", low=0, low_open=True)
+    timeout_s: float = setting(
+        600.0,
+        "timeout (s)",
+        "seconds a request may wait for the server's next bytes",
+        low=0,
+        low_open=True,
+        cli="--request-timeout",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -186,7 +193,7 @@ class Http(Engine):
 
     async def _stream(self, client, req, rec, feeder, stop) -> None:
         body = self._body(req, req.max_tokens, self.eos_style)
-        pieces = []
+        pieces, finished = [], False
         async with client.stream("POST", self._url(), json=body) as resp:
             if resp.status_code >= 400:
                 text = (await resp.aread()).decode(errors="replace")[:200]
@@ -198,22 +205,58 @@ class Http(Engine):
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    finished = True
                     break
-                chunk = json.loads(data)
+                chunk = _json_chunk(data)
                 text = _chunk_text(chunk)
                 if text:
                     rec.token_s.append(feeder.now())
                     pieces.append(text)
-                usage = chunk.get("usage")
-                if usage:
-                    rec.output_len = usage.get("completion_tokens") or rec.output_len
-                    rec.input_len = usage.get("prompt_tokens") or rec.input_len
+                _read_usage(chunk.get("usage"), req, rec)
         rec.end_s = feeder.now()
         rec.text = "".join(pieces)
         if not rec.output_len:
             rec.output_len = len(rec.token_s)
         if not rec.token_s:
             rec.error = "the server streamed no tokens"
+        elif not finished:
+            rec.error = f"truncated: the stream ended without [DONE] after {len(rec.token_s)} chunks of text"
+
+
+USAGE_LIMIT = 10_000_000  # more prompt tokens than any served context holds
+
+
+def _json_chunk(data: str) -> dict:
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError as err:
+        raise ServerError(f"the server sent a malformed chunk ({err.msg}): {data[:80]!r}") from None
+    if not isinstance(chunk, dict):
+        raise ServerError(f"the server sent a chunk that is not a JSON object: {data[:80]!r}")
+    return chunk
+
+
+def _read_usage(usage, req, rec) -> None:
+    """The server's usage counts, checked: a whole number in range, else the request is an error
+    (ServerError) and no figure of it is used."""
+    if not usage:
+        return
+    if not isinstance(usage, dict):
+        raise ServerError(f"the server's usage is not an object: {usage!r:.80}")
+    for key, high, attr in (
+        ("completion_tokens", req.max_tokens, "output_len"),
+        ("prompt_tokens", USAGE_LIMIT, "input_len"),
+    ):
+        value = usage.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+            raise ServerError(
+                f"the server reported usage.{key}={value!r:.40}: not a whole number from 0 to "
+                f"{high:,}" + (" (the max_tokens asked for)" if attr == "output_len" else "")
+            )
+        if value:
+            setattr(rec, attr, value)
 
 
 def _chunk_text(chunk: dict) -> str:
