@@ -90,7 +90,7 @@ def test_cli_flags_exist_for_every_knob_of_every_engine(command):
         assert knobs_of(args, engine) == {}  # no flag given: the declaration's defaults
         for knob, spec in defaults.specs().items():
             value, prefix = flag_value(spec, getattr(defaults, knob))
-            flag = knob.replace("_", "-")
+            flag = (spec.cli or "--" + knob.replace("_", "-")).removeprefix("--")
             argv = [f"{prefix[0]}{flag}"] if prefix else [f"--{flag}", str(value)]
             args = parser.parse_args([*command, "--engine", engine, *argv])
             assert knobs_of(args, engine) == {knob: value}, (engine, knob)
