@@ -22,6 +22,7 @@ from explorer import plots
 from explorer.app import Dashboard
 from explorer.app import controls as C
 from explorer.app import dashboard as dashboard_module
+from explorer.app import models as models_module
 from explorer.engine.session import prompt_input
 from explorer.engine.trace import Trace
 from explorer.model.loader import MODELS_DIR, LoadedModel, model_info
@@ -366,7 +367,7 @@ def test_unknown_model_shows_a_message_and_keeps_the_old_session(dash):
 
 
 def test_a_model_too_big_for_memory_is_refused(dash, monkeypatch):
-    monkeypatch.setattr(dashboard_module, "available_bytes", lambda device: 1 << 30)  # 1 GiB free
+    monkeypatch.setattr(models_module, "available_bytes", lambda device: 1 << 30)  # 1 GiB free
     old = dash.session
     dash.parts["model"].value = "arch:qwen2.5-0.5b"
     assert "Out of memory" in message(dash) and "GB" in message(dash)
@@ -795,7 +796,7 @@ def test_missing_bundled_models_fall_back_to_an_architecture_shape(tiny, monkeyp
             )
         return tiny
 
-    monkeypatch.setattr(dashboard_module, "load", fake_load)
+    monkeypatch.setattr(models_module, "load", fake_load)
     d = Dashboard(measure_peaks=False)
     assert d.run_settings.model == dashboard_module.FALLBACK_MODEL and d.session.lm is tiny
     assert "bundled model files are missing" in message(

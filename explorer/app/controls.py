@@ -184,6 +184,26 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
     return parts
 
 
+def side_panel(run_parts: dict[str, W.Widget], sampling_parts: dict[str, W.Widget]) -> W.VBox:
+    """The side panel from the settings' declarations: the model and prompt, then every
+    SessionOptions control, the engine's rungs and every Sampling control, in declaration order
+    (a new setting's widget is shown without an edit here)."""
+    engine = set(ENGINE_CONTROLS.values())
+    first = [n for n in ("model", "model-custom", "prompt") if n in run_parts]
+    session = [n for n in run_parts if n not in engine and n not in first]
+    return W.VBox(
+        [
+            W.HTML("<b>Model and prompt</b>"),
+            *(run_parts[n] for n in first + session),
+            W.HTML("<b>Engine</b> (the optimisation ladder)"),
+            *(run_parts[n] for n in ENGINE_CONTROLS.values()),
+            W.HTML("<b>Sampling</b> (applies from the next step)"),
+            *sampling_parts.values(),
+        ],
+        layout=W.Layout(width="270px", min_width="270px", overflow="hidden"),  # no scrollbar
+    )
+
+
 WEIGHTS_OFFERED = (
     "as loaded",
     "fp32",

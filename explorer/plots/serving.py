@@ -12,11 +12,13 @@ The serving sweep's own chart is registered with @sweep_plot("serving") at the b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.plots.common import _layout, _style_axes
+from explorer.plots.common import _layout, _style_axes, log_ticks
 from explorer.plots.sweeps import _col, sweep_plot
 
 PHASES = {"queue": "#c7c7c7", "prefill": "#ff7f0e", "decode": "#1f77b4"}
@@ -315,14 +317,7 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
             col=col,
         )
         if slo in slos:
-            fig.add_hline(
-                y=slos[slo],
-                line_dash="dash",
-                line_color="black",
-                row=1,
-                col=col,
-                annotation_text=f"SLO {slos[slo]:g} ms",
-            )
+            _slo_line(fig, col, slos[slo])
     head = rows[0] if rows else {}
     label = title or (
         f"{head.get('model', '?')} on {head.get('tp', 1)} x {head.get('chip', '?')}: latency vs "
@@ -332,7 +327,34 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
     fig.update_xaxes(title_text="output tokens/s (modelled)", type="log")
     fig.update_yaxes(type="log")
     _style_axes(fig)
+    log_ticks(fig)
     return fig
+
+
+def _slo_line(fig: go.Figure, col: int, ms: float) -> None:
+    """A dashed SLO line across subplot `col` with its label. The axes are logarithmic: a shape's y
+    is a data value but an annotation's y is in log10 units there (500 ms is y=2.7, not 10^500)."""
+    axis = "" if col == 1 else str(col)
+    fig.add_shape(
+        type="line",
+        xref=f"x{axis} domain",
+        yref=f"y{axis}",
+        x0=0,
+        x1=1,
+        y0=ms,
+        y1=ms,
+        line=dict(color="black", dash="dash"),
+    )
+    fig.add_annotation(
+        text=f"SLO {ms:g} ms",
+        xref=f"x{axis} domain",
+        yref=f"y{axis}",
+        x=1,
+        y=math.log10(ms) if ms > 0 else 0,
+        xanchor="right",
+        yanchor="bottom",
+        showarrow=False,
+    )
 
 
 # --- the serving sweep's chart (explorer.sweeps.serving) -----------------------------------------

@@ -33,6 +33,14 @@ def _shapes() -> list[str]:
 @register(47)
 class CapacityTab(Tab):
     name, title = "capacity", "Capacity"
+    about = (
+        "How many GPUs do I need? A serving simulator on paper: the chip table's bandwidth and "
+        "FLOP/s x an efficiency, the KV memory limit, tensor parallelism with its all-reduces, "
+        "transformers' continuous-batching policy. Each point is one request rate: read across to "
+        "its throughput, up to its p99 latency; filled points meet the SLOs. Everything here is "
+        "<b>modelled</b>; <code>explorer simulate --validate</code> shows the simulator's error "
+        "against measurement on this machine."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -94,13 +102,6 @@ class CapacityTab(Tab):
         )
         self.widget = W.VBox(
             [
-                W.HTML(
-                    "How many GPUs do I need? A serving simulator on paper: the chip table's "
-                    "bandwidth and FLOP/s x an efficiency, the KV memory limit, tensor parallelism "
-                    "with its all-reduces, transformers' continuous-batching policy. Everything "
-                    "here is <b>modelled</b>; <code>explorer simulate --validate</code> shows the "
-                    "simulator's error against measurement on this machine."
-                ),
                 W.HBox([self.model, self.chip, self.gpus, self.dtype]),
                 W.HBox([self.input_len, self.output_len, self.slos, self.price]),
                 W.HBox([self.bw_eff, self.flop_eff, self.run_button]),

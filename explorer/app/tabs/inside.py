@@ -22,6 +22,12 @@ HEAD_AGGREGATES = [("mean over heads", "mean"), ("max over heads", "max")]
 @register(36)
 class InsideTab(Tab):
     name, title = "inside", "Inside"
+    about = (
+        "Inside the step you selected in the strip (or the latest): each button replays that step "
+        "once more on the model (measured) with hooks that are removed after it. The logit lens "
+        "shows each layer's best guess for the next token; attention shows which earlier tokens "
+        "the newest one looks at."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -66,10 +72,6 @@ class InsideTab(Tab):
         }
         self.widget = W.VBox(
             [
-                W.HTML(
-                    "Inside the step you selected in the strip (or the latest): each button replays "
-                    "that step once more on the model (measured) with hooks that are removed after it."
-                ),
                 W.HBox([self.lens_button, self.att_button, self.head]),
                 self.text,
                 self.charts["inside-lens"],

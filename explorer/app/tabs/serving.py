@@ -39,6 +39,11 @@ VIEWS = (
 @register(45)
 class ServingTab(Tab):
     name, title = "serving", "Serving"
+    about = (
+        "How to read it: the Gantt has one row per request (grey: waiting, orange: prefill, blue: "
+        "decode), time from the run's start; the ITL chart puts every gap between two tokens at "
+        "the time it ended; the CDFs compare the last runs (left is better)."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)

@@ -26,6 +26,11 @@ RUN_TOKENS = 32
 @register(50)
 class SpeculativeTab(Tab):
     name, title = "speculative", "Speculative"
+    about = (
+        "How to read it: each round is one row (green: draft tokens the target accepted, red: the "
+        "first it rejected, orange or blue: the token the target adds itself, resampled after a "
+        "rejection or a bonus); the more accepted per round, the fewer target passes per token."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -35,7 +40,7 @@ class SpeculativeTab(Tab):
         self._key = None  # (target, draft, prompt, k) the session was built for
         self._thread: threading.Thread | None = None
         self._alpha_counts: dict = {}
-        names = dash._model_names()
+        names = dash.model_names()
         draft = "bundled:draft" if "bundled:draft" in names else names[0]
         self.draft = cls(
             W.Dropdown(
@@ -203,7 +208,7 @@ class SpeculativeTab(Tab):
                     "the k benchmark times a draft model's passes; prompt lookup has none: press "
                     "Round to watch it, or run `explorer bench lookup` for its speedup"
                 )
-            draft = self.dash._load(self.draft.value)
+            draft = self.dash.load_model(self.draft.value)
             from explorer.engine.speculative import check_pair
 
             check_pair(target, draft)
@@ -267,7 +272,7 @@ class SpeculativeTab(Tab):
 
             draft = PromptLookup()
         else:
-            draft = self.dash._load(self.draft.value)
+            draft = self.dash.load_model(self.draft.value)
         session = SpeculativeSession(
             target,
             draft,

@@ -25,6 +25,11 @@ class SweepsTab(Tab):
     """One inner page per registered sweep (explorer.sweeps): its sizes box, Run, Stop, progress, chart."""
 
     name, title = "sweeps", "Sweeps"
+    about = (
+        "Each sweep times the current model on this machine over one setting (median of the "
+        "repeats, device-synchronised), solid, next to the roofline bound (modelled), dotted: "
+        "where the two lines part, something other than bytes and FLOPs sets the time."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -54,10 +59,6 @@ class SweepsTab(Tab):
         )
         self.widget = W.VBox(
             [
-                W.HTML(
-                    "Each sweep times the current model on this machine (median of the repeats, "
-                    "device-synchronised) next to the roofline bound (modelled: dotted)."
-                ),
                 W.HBox([self.repeats, self.stop_button]),
                 self.inner,
             ]
