@@ -17,8 +17,6 @@ settings' declarations (explorer.app.controls.side_panel); each tab is a module 
 from __future__ import annotations
 
 import collections
-import contextlib
-import threading
 import time
 from dataclasses import replace as dc_replace
 
@@ -26,9 +24,12 @@ import ipywidgets as W
 
 from explorer import plots
 from explorer.app import controls as C
+from explorer.app import messages
 from explorer.app.export import trace_csv, trace_json
 from explorer.app.guard import Guard, on_engine_thread
+from explorer.app.messages import stop_text
 from explorer.app.models import ModelCache
+from explorer.app.peaks import PeakMeter, known_chips
 from explorer.app.play import Player
 from explorer.app.views import (
     Distribution,
@@ -37,7 +38,6 @@ from explorer.app.views import (
     figure_widget,
     refit,
     resync,
-    stop_text,
 )
 from explorer.app.voila.liveness import Liveness
 from explorer.engine.sampling import Sampling
@@ -49,10 +49,6 @@ FALLBACK_MODEL = "arch:gpt2"  # when the bundled models are missing and no model
 # Opens on settings whose text reads as English on the bundled model (plain sampling at temperature
 # 1 is hard to read); every control keeps its full range.
 DEFAULT_SAMPLING = Sampling(temperature=0.7, top_p=0.9)
-NOISE_NOTE = (
-    "Random weights (an architecture-only shape): the text is noise, the token ids it picks mean "
-    "nothing. Only the costs are real: latency, memory traffic, roofline."
-)
 
 
 class Dashboard:
@@ -100,7 +96,7 @@ class Dashboard:
         self.earlier: tuple[list, bool] | None = None  # (steps, use_cache) before a cache toggle
         self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step, s, s)
         self._quiet = False  # True while the code itself writes control values
-        self._peaks_thread: threading.Thread | None = None
+        self.peak_meter = PeakMeter(measure_peaks)
         self._ceilings_shown = False
 
         self._fallback_note = ""
@@ -166,7 +162,7 @@ class Dashboard:
         self.inspect.add_class("ie-inspect")
 
         self.strip_text = StripText()
-        self.strip_text.set_prompt(self._prompt_shown())
+        self.strip_text.set_prompt(self.run_settings.prompt)
         self.noise_note = W.HTML(value="")
         self.noise_note.add_class("ie-noise-note")
         self._show_noise_note()
@@ -182,7 +178,7 @@ class Dashboard:
         self._wire()
         self._layout()
         self._refresh_controls()
-        self.guard.say(self._ready_text(), "info")
+        self.guard.say(messages.ready_text(self.session.lm, self._fallback_note), "info")
 
     def _build_tabs(self) -> None:
         from explorer.app import tabs
@@ -359,7 +355,7 @@ class Dashboard:
         """A new session with the current controls (the old one is kept if building the new one fails)."""
         rs = C.read_run_settings(self.run_parts)
         self._swap(self._build_session(rs, C.read_sampling(self.sampling_parts)), rs)
-        self.guard.say("New session: press Step or Play.", "ok")
+        self.guard.say(f"New session. {messages.HINT}", "ok")
 
     def branch(self, step_index: int, token_id: int):
         """Choose token_id at step step_index (a counterfactual) and continue from there.
@@ -399,7 +395,7 @@ class Dashboard:
         fresh = plots.strip_figure(color_by)  # only its coloraxis and title are used
         self.color_by = color_by
         self.strip.fig.update_layout(coloraxis=fresh.layout.coloraxis, title=fresh.layout.title)
-        self._render_strip(reset=True)
+        self._render_strip()
 
     def set_sampling(self, sampling: Sampling) -> None:
         """New sampling settings from the next step (validated first; on error nothing changes)."""
@@ -444,7 +440,8 @@ class Dashboard:
             )
             raise
         self.guard.say(
-            "Sampling settings apply from the next step: " + _sampling_text(sampling), "ok"
+            "Sampling settings apply from the next step: " + messages.sampling_text(sampling),
+            "ok",
         )
 
     def _on_run_setting(self, change) -> None:
@@ -471,7 +468,8 @@ class Dashboard:
         try:
             rs = C.read_run_settings(self.run_parts)
             if rs.model not in self.models.loaded:
-                with self._loading(rs.model):
+                rough = self.models.rough_load_s(rs.model)
+                with messages.loading(self.guard, rs.model, rough, self._refresh_controls):
                     session = self._build_session(rs, self.session.sampling)
             else:
                 if rs.compile:
@@ -486,41 +484,9 @@ class Dashboard:
         if rs.use_cache != old_rs.use_cache and old.steps:
             self.earlier = (list(old.steps), old_rs.use_cache)
         self._swap(session, rs)
-        note = f" {NOISE_NOTE}" if session.lm.info.random_weights else ""
-        self.guard.say(
-            f"New session ({_what_changed(old_rs, rs)}){_compiled_note(session)}: press Step or "
-            f"Play.{note}",
-            "ok",
-        )
-
-    @contextlib.contextmanager
-    def _loading(self, name: str):
-        """While a model loads: Step, Play and the other runs are off (busy), and the message says
-        what is loading, for how long it has been going and about how long it takes."""
-        rough = self.models.rough_load_s(name)
-        about = f"; loading takes about {rough:.0f} s" if rough else ""
-        done = threading.Event()
-        t0 = time.perf_counter()
-
-        def tick() -> None:
-            while not done.wait(1.0):
-                self.guard.say(
-                    f"Loading {name}… {time.perf_counter() - t0:.0f} s so far{about}. Step and "
-                    "Play come back when it is ready.",
-                    "busy",
-                )
-
-        self.guard.busy = f"Loading {name}"
-        self._refresh_controls()
-        self.guard.say(f"Loading {name}…{about.replace(';', '')}.", "busy")
-        ticker = threading.Thread(target=tick, name="explorer-loading", daemon=True)
-        ticker.start()
-        try:
-            yield
-        finally:
-            done.set()
-            ticker.join()
-            self.guard.busy = None
+        note = f" {messages.NOISE_NOTE}" if session.lm.info.random_weights else ""
+        changed = messages.what_changed(old_rs, rs) + messages.compiled_note(session)
+        self.guard.say(f"New session ({changed}). {messages.HINT}{note}", "ok")
 
     def _write_quietly(self, fn) -> None:
         self._quiet = True
@@ -558,45 +524,23 @@ class Dashboard:
         self._ceilings_shown = False
         for t in self.tab_list:
             t.session_changed()
-        self.strip_text.set_prompt(self._prompt_shown())
+        self.strip_text.set_prompt(self.run_settings.prompt)
         self._show_noise_note()
         self._render_all()
         self._warm_peaks()
 
-    def _prompt_shown(self) -> str:
-        """The prompt as typed (for a model without a tokenizer the Trace holds it as <id> texts)."""
-        return self.run_settings.prompt
-
-    # --- measured peaks (once per process, off the first click's path) ------------------------------------
+    # --- measured peaks ------------------------------------------------------------------------------
 
     def _warm_peaks(self) -> None:
-        if not self.measure_peaks:
-            return
-        from explorer.costs import hardware
-
-        device, dtype = self.session.device, self.session.lm.model.dtype
-        self._peaks_thread = threading.Thread(
-            target=_quietly,
-            args=(hardware.measure, device, dtype),
-            name="explorer-peaks",
-            daemon=True,
-        )
-        self._peaks_thread.start()
+        self.peak_meter.warm(self.session.device, self.session.lm.model.dtype)
 
     def wait_peaks(self) -> None:
         """Wait for the peaks measured in the background (a step's roofline needs them)."""
-        thread = self._peaks_thread
-        if thread is not None and thread.is_alive():
-            thread.join()
+        self.peak_meter.wait()
 
     def peaks(self):
         """This machine's measured peaks for the current model's device and dtype (None if not measured)."""
-        if not self.measure_peaks:
-            return None
-        from explorer.costs import hardware
-
-        self.wait_peaks()
-        return hardware.measure(self.session.device, dtype=self.session.lm.model.dtype)
+        return self.peak_meter.measure(self.session.device, self.session.lm.model.dtype)
 
     # --- rendering ---------------------------------------------------------------------------------------
 
@@ -615,14 +559,14 @@ class Dashboard:
     def _render_all(self) -> None:
         """Redraw every view from the session's steps (after rewind, branch, a new session)."""
         steps = self.session.steps
-        self._render_strip(reset=True)
+        self._render_strip()
         self._show_distribution()
         self._count()
         for t in self.tab_list:
             t.steps_reset(steps)
         self._show_ceilings()
 
-    def _render_strip(self, reset: bool = False) -> None:
+    def _render_strip(self) -> None:
         steps = self.session.steps
         self.strip_text.reset(steps, self.color_by)
         self.strip.reset(steps, {"xaxis.range": plots.strip_range(steps[-1].index if steps else 0)})
@@ -654,15 +598,7 @@ class Dashboard:
         hw = self.session.trace.hardware
         if self._ceilings_shown or hw is None:
             return
-        from explorer.costs import hardware
-
-        dtype = self.session.lm.info.dtype
-        chips = {}
-        for name in hardware.KNOWN_CHIPS:
-            try:
-                chips[name] = hardware.chip_peaks(name, dtype)
-            except ValueError:  # the chip has no published figure for this dtype
-                continue
+        chips = known_chips(self.session.lm.info.dtype)
         for t in self.tab_list:
             t.peaks_known(hw, chips)
         self._ceilings_shown = True
@@ -678,7 +614,7 @@ class Dashboard:
         if (
             self.guard.last_error is not None
             or "ie-message-busy" in shown
-            or "press Step or Play" in shown
+            or messages.HINT in shown
         ):
             self.guard.last_error = None
             self.guard.say(
@@ -690,26 +626,9 @@ class Dashboard:
         """A random-weight model's text is noise: the strip says so above the text."""
         noise = self.session.lm.info.random_weights
         self.noise_note.value = (
-            f'<div style="font-size:12px;color:#8a5a00;padding:2px 6px">{NOISE_NOTE}</div>'
+            f'<div style="font-size:12px;color:#8a5a00;padding:2px 6px">{messages.NOISE_NOTE}</div>'
             if noise
             else ""
-        )
-
-    def _ready_text(self) -> str:
-        info = self.session.lm.info
-        note = (
-            " (random weights: the text is meaningless, the costs are real)"
-            if info.random_weights
-            else ""
-        )
-        tok = (
-            ""
-            if self.session.lm.tokenizer is not None
-            else " It has no tokenizer: the prompt is fed as its UTF-8 bytes (or type token ids: 1 2 3) and tokens show as <id>."
-        )
-        return (
-            f"{self._fallback_note}{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} layers, on {info.device} "
-            f"{info.dtype}{note}.{tok} Press Step or Play."
         )
 
     # --- clicks ------------------------------------------------------------------------------------------
@@ -775,43 +694,3 @@ def _with_about(tab) -> W.Widget:
     about = W.HTML(f'<div style="font-size:13px;color:#333;padding:2px 0 6px 0">{tab.about}</div>')
     about.add_class("ie-tab-about")
     return W.VBox([about, tab.widget], layout=W.Layout(width="100%", overflow="hidden"))
-
-
-def _quietly(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception:  # noqa: BLE001 - the step that needs the peaks measures again and reports
-        pass
-
-
-def _sampling_text(s: Sampling) -> str:
-    d = s.to_dict()
-    default = Sampling().to_dict()
-    changed = [f"{k}={v}" for k, v in d.items() if v != default[k]]
-    return ", ".join(changed) if changed else "plain sampling at temperature 1"
-
-
-def _compiled_note(session) -> str:
-    c = session.trace.settings.get("compile")
-    if not c:
-        return ""
-    if not c["active"]:
-        return f"; torch.compile failed, running eager ({c['reason']})"
-    return f"; compiled in {c['compile_s']:.1f} s, kept out of every step's latency"
-
-
-def _what_changed(old: C.RunSettings, new: C.RunSettings) -> str:
-    names = {
-        "model": "model",
-        "prompt": "prompt",
-        "use_cache": "KV cache",
-        "batch_size": "batch size",
-        "top_n": "top-n",
-        "max_new_tokens": "max tokens",
-        "stop_at_eos": "stop at end-of-text",
-        "cache_type": "cache type",
-        "compile": "compile",
-        "weights": "weights",
-    }
-    changed = [label for key, label in names.items() if getattr(old, key) != getattr(new, key)]
-    return ", ".join(changed) + " changed" if changed else "same settings"

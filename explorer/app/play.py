@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 
-from explorer.app.views import stop_text
+from explorer.app.messages import stop_text
 
 
 class Player:

@@ -60,20 +60,6 @@ def resync(fig: go.FigureWidget) -> None:
     fig._widget_layout = deepcopy(fig._layout_obj._props)
 
 
-def stop_text(session) -> str:
-    """Why a session (or a speculative run) stopped, and what lets it go on."""
-    reason = session.stop_reason
-    lm = getattr(session, "lm", None) or getattr(session, "target", None)
-    positions = getattr(getattr(lm, "info", None), "max_positions", None)
-    texts = {
-        "eos": "the model wrote its end-of-text token (untick 'stop at end-of-text' to go past it)",
-        "max_new_tokens": "max tokens reached (raise 'max tokens' to go on)",
-        "max_positions": f"the model's context is full ({positions or 'all its'} positions)",
-        "cache_len": "the static cache is full (prompt + max tokens; raise max tokens)",
-    }
-    return texts.get(reason, str(reason))
-
-
 class LiveChart:
     """A FigureWidget built from a plots.*_figure() (layout in the constructor) plus its data buffers.
 
