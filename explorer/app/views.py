@@ -207,7 +207,7 @@ class Distribution:
         self.step, self.top_n = step, top_n
         if step is None:
             cols = {t.name: {"x": np.empty(0), "y": np.empty(0)} for t in self.fig.data}
-            plots.replace(self.fig, cols)
+            plots.replace(self.fig, cols, {"xaxis.tickvals": [], "xaxis.ticktext": []})
             self.title.value = self._title_html(self.EMPTY)
             return
         self.title.value = self._title_html(plots.distribution_title(step), self.HINT)
