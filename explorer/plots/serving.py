@@ -52,7 +52,7 @@ def gantt_figure(res, max_requests: int = 64) -> go.Figure:
             title=_title(res, "Requests over time"),
             barmode="stack",
             height=max(260, 18 * len(recs) + 120),
-            xaxis=dict(title="wall time (s)"),
+            xaxis=dict(title="wall time since the run started (s)", rangemode="tozero"),
             yaxis=dict(title="request", autorange="reversed"),
         )
     )
@@ -116,7 +116,7 @@ def itl_figure(res) -> go.Figure:
     fig = go.Figure(
         layout=_layout(
             title=_title(res, "Inter-token latency"),
-            xaxis=dict(title="wall time (s)"),
+            xaxis=dict(title="wall time since the run started (s)", rangemode="tozero"),
             yaxis=dict(title="ITL (ms)"),
             height=360,
             showlegend=True,
@@ -206,24 +206,29 @@ def cdf_figure(results) -> go.Figure:
 def engine_figure(res) -> go.Figure:
     """Per engine iteration: requests decoding, prompt tokens prefilled, waiting queue, KV blocks."""
     its = res.iterations
+    # one quantity per panel, each axis titled: requests (~16) and prompt tokens (~250) apart
     fig = make_subplots(
-        rows=2,
+        rows=3,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=("batch per iteration", "KV cache blocks"),
+        vertical_spacing=0.07,
+        subplot_titles=(
+            "requests per iteration",
+            "prompt tokens prefilled per iteration",
+            "KV cache blocks",
+        ),
     )
     t = [i.end_s for i in its]
     lines = [  # (name, Iteration field, row, line style)
         ("requests decoding", "decode_requests", 1, dict(shape="hv", color=PHASES["decode"])),
-        ("prompt tokens prefilled", "prefill_tokens", 1, dict(shape="hv", color=PHASES["prefill"])),
-        ("waiting", "waiting", 1, dict(shape="hv", color="#7f7f7f", dash="dot")),
+        ("requests waiting", "waiting", 1, dict(shape="hv", color="#7f7f7f", dash="dot")),
+        ("prompt tokens prefilled", "prefill_tokens", 2, dict(shape="hv", color=PHASES["prefill"])),
     ]
     has_kv = any(i.kv_blocks_total for i in its)
     if has_kv:
         lines += [
-            ("KV blocks in use", "kv_blocks_used", 2, dict(shape="hv", color="#9467bd")),
-            ("KV budget", "kv_blocks_total", 2, dict(color="black", dash="dash")),
+            ("KV blocks in use", "kv_blocks_used", 3, dict(shape="hv", color="#9467bd")),
+            ("KV budget", "kv_blocks_total", 3, dict(color="black", dash="dash")),
         ]
     for name, key, row, line in lines:
         y = [getattr(i, key) for i in its]
@@ -239,16 +244,21 @@ def engine_figure(res) -> go.Figure:
                     mode="markers",
                     marker=dict(symbol="x", color="#d62728", size=9),
                 ),
-                2,
+                3,
                 1,
             )
     _style_axes(fig)
-    fig.update_xaxes(title_text="wall time (s)", row=2, col=1)
+    # from the run's start, as the Gantt above it (the first iteration ends a little after 0)
+    fig.update_xaxes(autorangeoptions=dict(include=[0]))
+    fig.update_xaxes(title_text="wall time since the run started (s)", row=3, col=1)
+    for row, unit in ((1, "requests"), (2, "tokens"), (3, "blocks")):
+        fig.update_yaxes(title_text=unit, rangemode="tozero", row=row, col=1)
     fig.update_layout(
-        height=460,
+        height=560,
         template="none",
         title=_title(res, "Inside the engine"),
-        legend=dict(orientation="h", y=-0.15),
+        legend=dict(orientation="h", y=-0.12),
+        margin=dict(l=60, r=20, t=70, b=90),
     )
     return fig
 

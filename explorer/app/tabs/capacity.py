@@ -69,7 +69,9 @@ class CapacityTab(Tab):
             ),
             "cap-run",
         )
-        self.run_button.on_click(lambda _: self.dash.guard.call("the capacity run", self.run))
+        self.run_button.on_click(
+            lambda _: self.dash.guard.call("the capacity run", self.busy, self.run_button, self.run)
+        )
         self.measured = box(
             W.Text,
             "measured",
@@ -86,7 +88,11 @@ class CapacityTab(Tab):
             ),
             "cap-compare",
         )
-        self.compare_button.on_click(lambda _: self.dash.guard.call("the comparison", self.compare))
+        self.compare_button.on_click(
+            lambda _: self.dash.guard.call(
+                "the comparison", self.busy, self.compare_button, self.compare
+            )
+        )
         self.answer = cls(W.HTML(value=""), "cap-answer")
         self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
         self.chart.add_class("ie-cap-chart")
@@ -116,6 +122,19 @@ class CapacityTab(Tab):
 
     def figures(self):
         return [self.chart]
+
+    def export_figures(self) -> dict:
+        return {"capacity": self.chart}
+
+    def busy(self, button, work) -> None:
+        """Run work() with `button` showing that it runs (a spinner, off), as the other tabs'
+        runs show theirs."""
+        label, icon = button.description, button.icon
+        button.description, button.icon, button.disabled = "Running…", "spinner", True
+        try:
+            work()
+        finally:
+            button.description, button.icon, button.disabled = label, icon, False
 
     def set_busy(self, busy: bool) -> None:
         self.run_button.disabled = self.compare_button.disabled = busy
@@ -190,8 +209,10 @@ class CapacityTab(Tab):
             cost = cost_per_million(best, self.gpus.value, self.price.value)
             verdict = (
                 f"largest rate meeting the SLOs: <b>{best['request_rate']:.3g} req/s</b> "
-                f"({best['output_throughput']:.0f} output tok/s, goodput "
-                f"{best['request_goodput'] or 0:.3g} req/s), about <b>${cost:.3f} per million "
+                f"offered ({best['output_throughput']:.0f} output tok/s; goodput, the requests "
+                f"meeting every SLO, {best['request_goodput'] or 0:.3g} req/s: it counts per "
+                "second of the whole run, first arrival to last finish, so it sits below the "
+                f"offered rate), about <b>${cost:.3f} per million "
                 f"output tokens</b> at ${self.price.value:g}/GPU-hour"
             )
         items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])

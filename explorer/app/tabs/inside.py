@@ -109,13 +109,22 @@ class InsideTab(Tab):
         where = (
             f"first tops the lens at layer {decided} (layers 0..{last['layer']})"
             if decided is not None
-            else f"never tops the lens (it was sampled at rank {last['rank_chosen']})"
+            else f"never tops the lens (at the last layer it ranks {last['rank_chosen'] + 1}; "
+            + (
+                "it was forced, not drawn)"
+                if self._forced(index)
+                else "the sampler drew it from further down)"
+            )
         )
         self.text.value = (
             f"Step {'(pending)' if index is None else index}: the chosen token {where}; at the "
             f"last layer its probability is {last['prob_chosen']:.3f}."
         )
         self.dash.guard.say("Logit lens done.", "ok")
+
+    def _forced(self, index: int | None) -> bool:
+        steps = self.dash.session.steps
+        return index is not None and bool(steps[index].forced)
 
     def run_attention(self) -> None:
         index = self.dash.shown_index()
@@ -126,12 +135,13 @@ class InsideTab(Tab):
         self.head.value = keep if keep in ("mean", "max") or keep < self.att["heads"] else "mean"
         self.show_attention()
         sink = self.att.get("sink") or []
+        share = sum(sink) / len(sink) if sink else None
         self.text.value = (
             f"Step {'(pending)' if index is None else index}: {len(self.att['positions'])} positions"
             + (
-                f"; on average {100 * sum(sink) / len(sink):.0f}% of each layer's attention goes "
-                "to the first token (the attention sink)"
-                if sink
+                f"; on average {100 * share:.0f}% of each layer's attention goes to the first "
+                "token" + (" (an attention sink)" if share >= plots.SINK_SHARE else "")
+                if share is not None
                 else ""
             )
             + "."

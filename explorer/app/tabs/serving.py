@@ -222,10 +222,11 @@ class ServingTab(Tab):
             r = res.result
             status = res.meta["status"]
             g.say(
-                f"{res.label}: {r['completed']} of {len(res.records)} requests in "
-                f"{time.perf_counter() - t0:.1f} s, {r['output_throughput']:.0f} output tok/s, "
-                f"p99 TTFT {_ms(r['p99_ttft_ms'])}"
-                + ("" if status == "complete" else f" ({status})"),
+                f"{res.label}: {r['completed']} of {len(res.records)} requests served, "
+                f"{r['output_throughput']:.0f} output tok/s, p99 TTFT {_ms(r['p99_ttft_ms'])}; "
+                f"{time.perf_counter() - t0:.1f} s in all with the engine's start-up (the "
+                f"summary's duration, {r['duration']:.2f} s, runs from the first arrival to the "
+                "last finish)" + ("" if status == "complete" else f" ({status})"),
                 "ok" if status == "complete" else "info",
             )
         except Exception as err:  # noqa: BLE001 - shown; the views keep the previous run
