@@ -201,11 +201,11 @@ def redraw(widget: go.Figure, fig: go.Figure) -> None:
     stale = _removed(widget.layout.to_plotly_json(), fig.layout.to_plotly_json())
     with widget.batch_update():
         widget.data = []
-        widget.layout = fig.layout
-        if (
-            stale
-        ):  # assigning a layout only adds and changes: what the new one lacks is removed here
+        # Assigning a layout only adds and changes: what the new one lacks is removed first (sent
+        # at once, and only while those values are still set on the Python side).
+        if stale:
             widget.plotly_relayout(stale)
+        widget.layout = fig.layout
         widget.add_traces(list(fig.data))
 
 
