@@ -40,6 +40,16 @@ def prepare(page, a) -> None:
     bs.wait_quiet(page, settle_ms=500)
 
 
+def shoot_whole(page, element, path: Path) -> None:
+    """A picture of `element` at its full height (the window grown to hold it, then put back)."""
+    size = page.viewport_size
+    box = element.bounding_box()
+    page.set_viewport_size({"width": size["width"], "height": int(box["y"] + box["height"]) + 40})
+    bs.wait_quiet(page, settle_ms=500)
+    element.screenshot(path=str(path))
+    page.set_viewport_size(size)
+
+
 def tour(page, out_dir: Path, only: str | None) -> list[str]:
     """Every tab: open it, press its controls, save it; returns the problems seen."""
     problems = []
@@ -53,7 +63,7 @@ def tour(page, out_dir: Path, only: str | None) -> list[str]:
             problems.append(f"{title}: no explanation line")
         problems += [f"{title}: {p}" for p in bs.figure_problems(page)]
         path = out_dir / f"tab-{name}.png"
-        page.locator(".ie-tabs").screenshot(path=str(path))
+        shoot_whole(page, page.locator(".ie-tabs"), path)
         print(f"{path} ({path.stat().st_size:,} bytes)", flush=True)
     return problems
 

@@ -73,7 +73,8 @@ def lens_figure(records: list[dict] | None = None, *, height: int = 420) -> go.F
     return _house_style(
         fig,
         height=height,
-        legend=dict(orientation="h", x=0.62, y=-0.15),
+        legend=dict(orientation="h", x=0.62, y=0, yref="container", yanchor="bottom"),
+        margin=dict(l=60, r=20, t=70, b=90),
         title=dict(
             text="Logit lens (measured: one replayed pass)" if records else "Run the logit lens",
             font=dict(size=13),

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from explorer import plots
 from explorer.app.controls import cls
 from explorer.app.guard import on_engine_thread
+from explorer.app.messages import stop_text
 from explorer.app.tabs import Tab, register
 from explorer.app.views import LiveChart, figure_widget
 from explorer.engine.session import prompt_input
@@ -174,7 +175,7 @@ class SpeculativeTab(Tab):
         session = self._session()
         if session.done:
             self.dash.guard.say(
-                f"The speculative run has stopped ({session.stop_reason}); press Reset.", "info"
+                f"The speculative run has stopped: {stop_text(session)}. Press Reset.", "info"
             )
             return None
         session.set_sampling(self.dash.session.sampling)
@@ -185,8 +186,16 @@ class SpeculativeTab(Tab):
     def run(self, n_tokens: int) -> list:
         session = self._session()
         session.set_sampling(self.dash.session.sampling)
+        before = len(session.tokens)
         rounds = on_engine_thread(session.run, n_tokens) if not session.done else []
         self._render(rounds)
+        emitted = len(session.tokens) - before
+        if session.done:  # ended before the tokens asked for: say why
+            self.dash.guard.say(
+                f"The speculative run stopped after {emitted} of {n_tokens} tokens: "
+                f"{stop_text(session)}. Reset starts again.",
+                "info",
+            )
         return rounds
 
     def reset(self) -> None:
@@ -262,7 +271,8 @@ class SpeculativeTab(Tab):
 
         k = _check_k(self.k.value)
         target = self.dash.session.lm
-        key = (target.info.name, self.draft.value, self.dash.run_settings.prompt)
+        rs = self.dash.run_settings
+        key = (target.info.name, self.draft.value, rs.prompt, rs.stop_at_eos)
         if self.session is not None and self._key == key:
             if self.session.k != k:
                 self.session.set_k(k)
@@ -281,6 +291,7 @@ class SpeculativeTab(Tab):
             k=k,
             top_n=self.dash.run_settings.top_n,
             max_new_tokens=self.dash.run_settings.max_new_tokens,
+            stop_at_eos=self.dash.run_settings.stop_at_eos,  # the side panel's choice, as Play
         )
         self.reset()
         self.session, self._key = session, key
