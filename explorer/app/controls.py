@@ -149,7 +149,11 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
     parts = {
         "model": cls(
             W.Dropdown(
-                options=options, value=value, description="model", layout=LABEL, style=STYLE
+                options=options,
+                value=value,
+                description="model",
+                layout=LABEL,
+                style={"description_width": "45px"},  # room for "arch:qwen2.5-0.5b"
             ),
             "model",
         ),
@@ -182,6 +186,15 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
         )
         parts["model-custom"] = cls(custom, "model-custom")
     return parts
+
+
+# Page-wide style: tab titles as wide as their text (ipywidgets cuts them at 144 px: "optimisation
+# ladde"); plotly's toolbar only while the pointer is over a chart, so it never sits on a title.
+PAGE_CSS = """<style>
+.ie-dashboard .lm-TabBar-tab { flex: 0 0 auto !important; max-width: none !important; }
+.ie-dashboard .js-plotly-plot .modebar-container { opacity: 0; transition: opacity 0.2s; }
+.ie-dashboard .js-plotly-plot:hover .modebar-container { opacity: 1; }
+</style>"""
 
 
 def side_panel(run_parts: dict[str, W.Widget], sampling_parts: dict[str, W.Widget]) -> W.VBox:

@@ -243,6 +243,7 @@ class Dashboard:
         )
         self.widget = W.VBox(
             [
+                W.HTML(C.PAGE_CSS),
                 self.liveness,
                 self.message,
                 W.HBox([side, main], layout=W.Layout(width="100%")),

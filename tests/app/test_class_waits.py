@@ -99,7 +99,7 @@ def test_an_empty_distribution_drops_the_last_sessions_token_labels(dash):
 
 
 def test_every_sampling_setting_has_a_widget_in_the_side_panel(dash):
-    side = dash.widget.children[2].children[0]
+    side = dash.widget.children[3].children[0]
     shown = set(side.children)
     for field in specs(Sampling):
         assert dash.parts[controls.widget_name(field)] in shown, field

@@ -53,7 +53,9 @@ class CapacityTab(Tab):
         self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
         self.chip = box(W.Dropdown, "chip", "h100", "chip", options=list(CHIPS))
         self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
-        self.dtype = box(W.Dropdown, "dtype", "bfloat16", "dtype", options=["bfloat16", "float16"])
+        self.dtype = box(
+            W.Dropdown, "dtype", "bfloat16", "dtype", "215px", options=["bfloat16", "float16"]
+        )
         self.input_len = box(W.IntText, "input", 512, "prompt tokens")
         self.output_len = box(W.IntText, "output", 128, "output tokens")
         self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
