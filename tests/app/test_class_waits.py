@@ -152,3 +152,13 @@ def test_redraw_removes_what_the_new_figure_lacks():
     assert any(m.get("annotations", "kept") is None for m in sent)  # the hint goes from the page
     assert any(m.get("xaxis.visible", "kept") is None for m in sent)  # the hidden axes come back
     assert not widget.layout.annotations and widget.layout.title.text == "run"
+
+
+def test_a_new_model_shows_no_calibration_progress_of_another(dash, small):
+    why = dash.tab("why")
+    why.progress.max, why.progress.value = (
+        4,
+        4,
+    )  # as a finished calibration of another model leaves it
+    why.session_changed()
+    assert why.progress.value == 0 and "No calibration for this model" in why.calibration_text.value

@@ -143,7 +143,8 @@ class WhyTab(Tab):
     def session_changed(self) -> None:
         model = self.dash.session.lm.info.name
         mine = self.calibration is not None and model in self.calibration.models
-        if not mine:
+        if not mine:  # nothing of another model's calibration shows (its bar neither)
+            self.progress.value = 0
             self.calibration_text.value = (
                 "No calibration for this model yet: predictions are the plain roofline bound."
             )
