@@ -50,10 +50,12 @@ def shoot_whole(page, element, path: Path) -> None:
     page.set_viewport_size(size)
 
 
-def tour(page, out_dir: Path, only: str | None) -> list[str]:
-    """Every tab: open it, press its controls, save it; returns the problems seen."""
-    problems = []
+def tour(page, out_dir: Path, only: str | None, errors: list[str]) -> list[str]:
+    """Every tab: open it, press its controls, save it; returns the problems seen (a console
+    error is put down to the tab open when it came)."""
+    problems = [f"before the tour: console: {e}" for e in errors]
     for title, name, parts in bs.TAB_TOUR:
+        errors.clear()
         if only and only != name:
             continue
         bs.open_tab(page, title)
@@ -62,6 +64,7 @@ def tour(page, out_dir: Path, only: str | None) -> list[str]:
         if not bs.shown_about(page):
             problems.append(f"{title}: no explanation line")
         problems += [f"{title}: {p}" for p in bs.figure_problems(page)]
+        problems += [f"{title}: console: {e}" for e in errors]
         path = out_dir / f"tab-{name}.png"
         shoot_whole(page, page.locator(".ie-tabs"), path)
         print(f"{path} ({path.stat().st_size:,} bytes)", flush=True)
@@ -90,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         prepare(page, a)
         if a.only in (None, "dashboard"):
             page.screenshot(path=str(a.out_dir / "dashboard.png"), full_page=True)
-        problems = [] if a.only == "dashboard" else tour(page, a.out_dir, a.only)
+        if a.only == "dashboard":
+            problems = [f"console: {e}" for e in errors]
+        else:
+            problems = tour(page, a.out_dir, a.only, errors)
         browser.close()
-    problems += [f"console: {e}" for e in errors]
     print(f"page interactive in {tti:.1f} s; {a.steps} steps")
     for line in problems:
         print("PROBLEM", line)

@@ -198,7 +198,11 @@ def cdf_figure(results) -> go.Figure:
     fig.update_xaxes(title_text="ms")
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1, range=[0, 1.02])
     fig.update_layout(
-        height=340, template="none", title="Latency CDFs", legend=dict(orientation="h", y=-0.25)
+        height=360,
+        template="none",
+        title="Latency CDFs",
+        legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+        margin=dict(l=60, r=20, t=80, b=90),
     )
     return fig
 
