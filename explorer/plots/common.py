@@ -201,12 +201,14 @@ def redraw(widget: go.Figure, fig: go.Figure) -> None:
     stale = _removed(widget.layout.to_plotly_json(), fig.layout.to_plotly_json())
     with widget.batch_update():
         widget.data = []
-        # Assigning a layout only adds and changes: what the new one lacks is removed first (sent
-        # at once, and only while those values are still set on the Python side).
+        # The traces first: plotly.js given a subplot layout before its traces draws NaN axis lines
+        # (console errors). Then what the new layout lacks is removed (assigning a layout only adds
+        # and changes; sent at once, while those values are still set on the Python side); then
+        # the new layout.
+        widget.add_traces(list(fig.data))
         if stale:
             widget.plotly_relayout(stale)
         widget.layout = fig.layout
-        widget.add_traces(list(fig.data))
 
 
 def _removed(old: dict, new: dict, prefix: str = "") -> dict:
