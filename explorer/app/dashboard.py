@@ -605,9 +605,9 @@ class Dashboard:
         self._ceilings_shown = True
 
     def _say_step(self, step) -> None:
-        """The message after a step: why the session stopped, or the step itself when the message
-        still shows an error, a wait or the "press Step or Play" hint (else it is left alone: one
-        message fewer per step)."""
+        """The message after a step: why the session stopped; or, when the message still shows an
+        error, a wait or the "press Step or Play" hint, a line that stays true at later steps (it
+        is left alone afterwards: one message fewer per step)."""
         if self.session.done:
             self.guard.say(f"Stopped: {stop_text(self.session)}.", "info")
             return
@@ -618,10 +618,7 @@ class Dashboard:
             or messages.HINT in shown
         ):
             self.guard.last_error = None
-            self.guard.say(
-                f"Step {step.index}: {plots.show_token(step.token_text)} ({step.latency_s * 1e3:.1f} ms).",
-                "ok",
-            )
+            self.guard.say(messages.STEPPING, "ok")
 
     def _show_noise_note(self) -> None:
         """A random-weight model's text is noise: the strip says so above the text."""

@@ -14,6 +14,10 @@ NOISE_NOTE = (
     "nothing. Only the costs are real: latency, memory traffic, roofline."
 )
 HINT = "Press Step or Play."  # the first message's last words; replaced by the first step's
+STEPPING = (
+    "Stepping: the count beside the buttons follows each step (its phase, its time, the tokens so "
+    "far); click a cell of the strip to look at an earlier step."
+)
 
 
 def ready_text(lm, fallback_note: str = "") -> str:

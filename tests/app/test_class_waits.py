@@ -76,7 +76,7 @@ def test_the_hint_goes_after_the_first_step_and_a_stop_says_why(small):
     d = Dashboard(lm=small, prompt="ab", measure_peaks=False, max_new_tokens=2)
     assert "Press Step or Play" in text(d)
     d.step()
-    assert "Press Step or Play" not in text(d) and text(d).startswith("Step 0:")
+    assert "Press Step or Play" not in text(d) and text(d).startswith("Stepping:")
     d.step()
     assert "max tokens reached" in text(d) and "raise 'max tokens'" in text(d)
     d.parts["reset"].click()
