@@ -134,6 +134,11 @@ def wire(tab: ServingTab) -> None:
 @register(45)
 class ServingTab(Tab):
     name, title = "serving", "Serving"
+    about = (
+        "How to read it: the Gantt has one row per request (grey: waiting, orange: prefill, blue: "
+        "decode), time from the run's start; the ITL chart puts every gap between two tokens at "
+        "the time it ended; the CDFs compare the last runs (left is better)."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -239,10 +244,11 @@ class ServingTab(Tab):
             r = res.result
             status = res.meta["status"]
             g.say(
-                f"{res.label}: {r['completed']} of {len(res.records)} requests in "
-                f"{time.perf_counter() - t0:.1f} s, {r['output_throughput']:.0f} output tok/s, "
-                f"p99 TTFT {_ms(r['p99_ttft_ms'])}"
-                + ("" if status == "complete" else f" ({status})"),
+                f"{res.label}: {r['completed']} of {len(res.records)} requests served, "
+                f"{r['output_throughput']:.0f} output tok/s, p99 TTFT {_ms(r['p99_ttft_ms'])}; "
+                f"{time.perf_counter() - t0:.1f} s in all with the engine's start-up (the "
+                f"summary's duration, {r['duration']:.2f} s, runs from the first arrival to the "
+                "last finish)" + ("" if status == "complete" else f" ({status})"),
                 "ok" if status == "complete" else "info",
             )
         except Exception as err:  # noqa: BLE001 - shown; the views keep the previous run
