@@ -88,6 +88,15 @@ FAMILIES: dict[str, dict[str, Any]] = {
         out_bias=False,
         mlp_bias=False,
     ),
+    "qwen3": dict(
+        mlp="swiglu",
+        norm="rmsnorm",
+        learned_positions=False,
+        qkv_bias=False,
+        out_bias=False,
+        mlp_bias=False,
+        qk_norm=True,  # an RMSNorm over each head's q and k (head_dim weights each) per layer
+    ),
 }
 
 PART_NOTES: dict[str, str] = {
@@ -134,6 +143,7 @@ class Shape:
     mlp_bias: bool
     # bytes per matmul weight value by part (scales included): the dtype's size unless quantised
     linear_bytes: tuple[tuple[str, float], ...] = ()
+    qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
     # derived in __post_init__ (parameters per layer, matmul parameters per token):
     attn_params: int = field(init=False)
     attn_matmul_params: int = field(init=False)
@@ -164,7 +174,7 @@ class Shape:
             ("attn_matmul_params", attn_mm),
             ("mlp_params", mlp),
             ("mlp_matmul_params", mlp_mm),
-            ("norm_params", 2 * per_norm),
+            ("norm_params", 2 * per_norm + (2 * self.head_dim if self.qk_norm else 0)),
             ("act_elems", 2 * acts),
         ]:
             object.__setattr__(self, name, value)

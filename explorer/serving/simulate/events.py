@@ -127,10 +127,11 @@ class Simulator:
         for req in preempted:
             self.running.remove(req)
             self.waiting.append(req)
-        for req, _ in rows:
-            if req in self.waiting:
-                self.waiting.remove(req)
-                self.running.append(req)
+        waiting = {id(r) for r in self.waiting}
+        admitted = {id(req) for req, _ in rows if id(req) in waiting}
+        if admitted:  # one pass, not a list search per row (a large burst is quadratic otherwise)
+            self.running.extend(req for req, _ in rows if id(req) in admitted)
+            self.waiting = [r for r in self.waiting if id(r) not in admitted]
         return Plan.of(rows, preempted=len(preempted))
 
     def finish_iteration(self, payload) -> None:

@@ -26,9 +26,14 @@ from explorer.serving.metrics import RequestRecord
 SAFETY_MARGIN = 0.15  # transformers' FIFOScheduler: free-block fraction under which prefills wait
 
 
-@dataclass
+@dataclass(eq=False)
 class SimRequest(RequestRecord):
-    """A request as the simulator follows it: the serving lab's record, plus the engine's state."""
+    """A request as the simulator follows it: the serving lab's record, plus the engine's state.
+    Compared by identity (`req in waiting`): comparing every field made a 1,000-request burst
+    spend 85% of its time in __eq__."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     # continuous-batching state
     prefill_left: int = 0  # prompt (or recompute) tokens not yet in the cache
