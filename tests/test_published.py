@@ -206,3 +206,9 @@ def test_cli_simulates_fp8_on_a_chip_and_shows_the_published_error(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["error_vs_published"] and out["output_throughput"] > 0
     assert any("weights fp8, KV cache fp8" in a for a in out["assumptions"])
+
+
+def test_cli_refuses_a_prompt_past_the_models_context(capsys):
+    args = ["simulate", "--model", "arch:llama-3.1-8b", "--hardware", "h100", "--num-prompts", "1"]
+    assert main([*args, "--input-len", "200000", "--output-len", "8"]) == 2
+    assert "past arch:llama-3.1-8b's context of 131072" in capsys.readouterr().err

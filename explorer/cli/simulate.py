@@ -106,6 +106,11 @@ def run(args) -> int:
     workload = workload_of(args)
     info, model, knobs, lm = _step_model(args)
     requests = workload.requests(lm) if lm is not None else None
+    if args.hardware:
+        from explorer.serving.simulate.whatif import check_context
+
+        requests = workload.requests(vocab_size=info.vocab_size)
+        check_context(info, requests)
     res = simulate(info, workload, args.engine, model, goodput=goodput, requests=requests, **knobs)
     out = {**res.to_dict(), "modelled": True, "assumptions": res.meta["assumptions"]}
     for k in ("requests", "iterations", "step_model", "generated_texts"):

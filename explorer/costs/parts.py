@@ -88,16 +88,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
         out_bias=False,
         mlp_bias=False,
     ),
-    "qwen3": dict(
-        mlp="swiglu",
-        norm="rmsnorm",
-        learned_positions=False,
-        qkv_bias=False,
-        out_bias=False,
-        mlp_bias=False,
-        qk_norm=True,  # an RMSNorm over each head's q and k (head_dim weights each) per layer
-    ),
 }
+# Qwen3: Llama's structure plus an RMSNorm over each head's q and k (head_dim weights each)
+FAMILIES["qwen3"] = {**FAMILIES["llama"], "qk_norm": True}
 
 PART_NOTES: dict[str, str] = {
     "weights/embedding": "modelled: B*n gathered rows of the token embedding",

@@ -23,7 +23,9 @@ import statistics
 from functools import lru_cache
 from pathlib import Path
 
-PUBLISHED = Path(__file__).resolve().parents[3] / "assets" / "published" / "runs.json"
+from explorer.model.loader import ASSETS
+
+PUBLISHED = ASSETS / "published" / "runs.json"
 FIT_SOURCES = ("S3", "S9")
 METRICS = (
     "output_throughput",
@@ -41,12 +43,17 @@ WORKLOAD_KEYS = {
     "uniform": ("num_prompts", "input_mean", "output_mean", "spread"),
     "replay": ("input_lens", "output_lens"),
 }
+FIT_AT_MOST = 400  # requests per run simulated while fitting (the table simulates all of them)
+FIT_TOKENS = 60_000  # and output tokens per run while fitting
+# A run of more requests or output tokens is simulated with its first ones (TensorRT-LLM's
+# 30,000 at 128/128, 3,000 at 128/2048): enough waves of the batch for its steady state.
+SIMULATE_AT_MOST = 6000
+SIMULATE_TOKENS = 1_500_000
 FIT_SEARCH = {  # setting: (lowest, highest) the coordinate descent searches
     "bw_efficiency": (0.3, 1.0),
     "flop_efficiency": (0.2, 1.0),
     "iteration_overhead_s": (0.0, 8e-3),
     "sequence_overhead_s": (0.0, 0.4e-3),
-    "allreduce_latency_s": (0.0, 100e-6),
 }
 
 
@@ -147,7 +154,7 @@ def simulate_point(point: dict, settings: dict | None = None) -> dict:
         kv_dtype=point.get("kv_dtype"),
         **overrides,
     )
-    wl, requests = point_requests(point)
+    wl, requests = point_requests(_at_most(point, SIMULATE_AT_MOST, SIMULATE_TOKENS))
     check_context(info, requests)
     return simulate(info, wl, "continuous", model, requests=requests, **extra["knobs"]).result
 
@@ -176,6 +183,8 @@ def errors(point: dict, simulated: dict, request_latency_s: float) -> list[dict]
                 "simulated": s,
                 "error_pct": None if s is None else (s - m) / m * 100,
                 "split": "fitted" if point["source"] in FIT_SOURCES else "held out",
+                "requests": point["workload"].get("num_prompts"),
+                "requests_simulated": simulated.get("completed"),
             }
         )
     return rows
@@ -195,20 +204,26 @@ def compare_all(points: list[dict], settings: dict | None = None, progress=None)
 
 
 def _log_error(rows: list[dict], metrics) -> float:
+    """Mean |log(simulated / measured)| over the rows of these metrics (a missing simulation
+    counts as a factor of e)."""
     errs = [
-        abs(math.log(r["simulated"] / r["measured"]))
+        abs(math.log(r["simulated"] / r["measured"])) if r["simulated"] else 1.0
         for r in rows
-        if r["metric"] in metrics and r["simulated"] and r["measured"]
+        if r["metric"] in metrics and r["measured"]
     ]
-    return statistics.median(errs) if errs else 0.0
+    return statistics.fmean(errs) if errs else 0.0
 
 
-def fit(points: list[dict], rounds: int = 2, steps: int = 7, progress=None) -> dict:
-    """The what-if settings that best match the points (see the module docstring)."""
+def fit(
+    points: list[dict], rounds: int = 2, steps: int = 5, progress=None, at_most: int = FIT_AT_MOST
+) -> dict:
+    """The what-if settings that best match the points (see the module docstring); each point is
+    simulated with at most `at_most` of its requests while searching, to keep the fit minutes."""
     from explorer.serving.simulate.whatif import DEFAULTS
 
     best = {k: DEFAULTS[k] for k in FIT_SEARCH}
     speed = [m for m in METRICS if m != "median_ttft_ms"]
+    points = [_at_most(p, at_most, FIT_TOKENS) for p in points]
 
     def loss(settings: dict) -> float:
         return _log_error(compare_all(points, {**settings, "request_latency_s": 0.0}), speed)
@@ -227,7 +242,7 @@ def fit(points: list[dict], rounds: int = 2, steps: int = 7, progress=None) -> d
                 trial = {**best, name: value}
                 s = loss(trial)
                 if progress:
-                    progress(f"{name}={value:.4g}: median |log error| {s:.4f}")
+                    progress(f"{name}={value:.4g}: mean |log error| {s:.4f}")
                 if s < score:
                     best, score = trial, s
     rows = compare_all(points, {**best, "request_latency_s": 0.0})
@@ -235,14 +250,28 @@ def fit(points: list[dict], rounds: int = 2, steps: int = 7, progress=None) -> d
     return best
 
 
+def _at_most(point: dict, n: int, tokens: int | None = None) -> dict:
+    """The point with at most n requests, and (tokens) at most that many output tokens in all,
+    but never fewer than four rounds of its concurrency."""
+    wl = point["workload"]
+    if "num_prompts" not in wl:
+        return point
+    if tokens:
+        out = wl.get("output_len") or wl.get("output_mean")
+        n = min(n, max(4 * (wl.get("max_concurrency") or 0), int(tokens // out)))
+    if wl["num_prompts"] <= n:
+        return point
+    return {**point, "workload": {**wl, "num_prompts": n}}
+
+
 def fit_latency(rows: list[dict]) -> float:
-    """The per-request latency (s) that minimises the median |log error| of TTFT (grid, 1 ms)."""
+    """The per-request latency (s) that minimises the mean |log error| of TTFT (grid, 1 ms)."""
     ttft = [r for r in rows if r["metric"] == "median_ttft_ms" and r["simulated"]]
     if not ttft:
         return 0.0
 
     def err(ms: float) -> float:
-        return statistics.median(abs(math.log((r["simulated"] + ms) / r["measured"])) for r in ttft)
+        return statistics.fmean(abs(math.log((r["simulated"] + ms) / r["measured"])) for r in ttft)
 
     return min(range(0, 201), key=err) / 1e3
 

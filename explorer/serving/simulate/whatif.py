@@ -3,16 +3,20 @@
 Every figure here is modelled. One iteration on a chip (ChipStepModel, CHIP_RULE):
 
     seconds = max(bytes per GPU / (bandwidth x bw_efficiency), FLOPs per GPU / (FLOP/s x
-              flop_efficiency)) + iteration overhead + TP all-reduces
+              flop_efficiency)) + iteration overhead + requests x sequence overhead
+              + TP all-reduces;  TTFT and E2E of each request + a fixed request latency
 
 Tensor parallelism over N GPUs splits every weight and the KV cache N ways (heads and KV heads must
 divide by N) and adds two all-reduces per layer (after attention and after the MLP), each moving
 2 (N - 1) / N x tokens x hidden x bytes over the interconnect (the chip table's per-direction
 figure) plus a fixed latency. The KV budget is what is left of gpu_memory_utilization x memory
-after the weights and an activation reserve; it sets the paged cache's blocks, so it decides the
-largest batch. Default efficiencies are round figures from public measurements (decode on vLLM /
-TensorRT-LLM reaches roughly 70-80% of HBM bandwidth; large prefills 50-70% of dense peak): edit
-them, and compare against a measured result (vllm bench serve's JSON) wherever one exists.
+(a GPU's "80 GB" is GiB) after the weights and an activation reserve; it sets the paged cache's
+blocks, so it decides the largest batch. Weights and KV cache may be FP8 (--dtype fp8: the
+matmul weights at 1 byte and the chip's FP8 FLOP/s; --kv-dtype fp8: half the KV bytes). The
+default efficiencies and overheads were fitted to published GPU runs, and their error against
+those runs (fitted and held out) is shown beside every answer
+(explorer.serving.simulate.published); edit them, and compare against a measured result
+(vllm bench serve's JSON) wherever one exists.
 """
 
 from __future__ import annotations
@@ -29,15 +33,15 @@ CHIP_RULE = (
     "flop_efficiency)) + iteration overhead + requests x sequence overhead + 2 all-reduces per layer (2 (N-1)/N x tokens x hidden "
     "x bytes / interconnect + latency); each request's TTFT and E2E + a fixed request latency"
 )
-# Efficiencies and overheads fitted to published runs (explorer.serving.simulate.published:
-# `explorer bench simulate --published --fit`, sources in assets/published/); the rest are
-# vLLM's defaults.
+# The efficiencies and overheads were fitted (rounded) to the published runs of sources S3 and S9
+# (vLLM 0.11 / 0.19 through `vllm bench serve`; `explorer bench simulate --published --fit`,
+# assets/published/); the other sources are held out. The rest are vLLM's defaults.
 DEFAULTS = {
-    "bw_efficiency": 0.75,
-    "flop_efficiency": 0.6,
-    "iteration_overhead_s": 0.5e-3,  # scheduler + launch per iteration with CUDA graphs
-    "sequence_overhead_s": 0.0,  # per request in an iteration: its scheduling, sampling, output
-    "request_latency_s": 0.0,  # per request outside the engine: HTTP, tokenising, detokenising
+    "bw_efficiency": 0.66,
+    "flop_efficiency": 0.4,
+    "iteration_overhead_s": 0.0,  # per iteration (CUDA graphs: the per-request term took it)
+    "sequence_overhead_s": 0.15e-3,  # per request in an iteration: scheduling, sampling, output
+    "request_latency_s": 0.053,  # per request outside the engine: HTTP, tokenising, streaming
     "allreduce_latency_s": 10e-6,
     "gpu_memory_utilization": 0.9,  # vLLM's default
     "activation_reserve_gb": 2.0,
@@ -112,7 +116,7 @@ class ChipStepModel(StepModel):
     bandwidth_gbps: float = 0.0
     tflops: float = 0.0
     interconnect_gbps: float | None = None
-    weight_bytes: float = 0.0  # every weight as stored (fp8 matmuls: 1 byte per value)
+    weight_bytes: float = 0.0  # weights one iteration reads (fp8 matmuls: 1 byte per value)
     kv_bytes_per_token: float = 0.0  # K and V of one token, all layers, at the KV dtype
     act_bytes: int = 2  # bytes per activation value moved by the all-reduces
     request_latency_s: float = 0.0  # added to each request's TTFT and E2E (see run.simulate)
@@ -170,19 +174,23 @@ class Precision:
         return "bfloat16" if chip_dtype(self.dtype) == "fp8" else chip_dtype(self.dtype)
 
 
-def model_bytes(info, precision: Precision) -> tuple[float, float]:
-    """(weight bytes as stored, KV bytes per token) of `info` at `precision`: FP8 weights store
-    the attention and MLP matrices at 1 byte per value and the embeddings, norms and lm_head at
-    16 bits (as FP8 checkpoints such as nvidia/Llama-3.1-8B-Instruct-FP8 do)."""
+def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
+    """(weight bytes as stored, weight bytes one iteration reads, KV bytes per token) of `info`
+    at `precision`. FP8 weights store the attention and MLP matrices at 1 byte per value and the
+    embeddings, norms and lm_head at 16 bits (as FP8 checkpoints such as
+    nvidia/Llama-3.1-8B-Instruct-FP8 do). An iteration reads every weight except the input
+    embedding table, of which it gathers a few rows (explorer.costs.parts)."""
     shape = shape_of(info)
     dtype = chip_dtype(precision.dtype)
     matmul = shape.layers * (shape.attn_matmul_params + shape.mlp_matmul_params)
-    if dtype == "fp8":
-        weights = (info.parameters - matmul) * 2 + matmul * 1
-    else:
-        weights = info.parameters * DTYPE_BYTES[dtype]
+    parts = shape.weight_bytes_by_part()
+    read = sum(parts.values()) * DTYPE_BYTES[dtype] / shape.bytes_per_value
+    stored = info.parameters * DTYPE_BYTES[dtype]
+    if dtype == "fp8":  # the matmuls at 1 byte, the rest at 2
+        read = (sum(parts.values()) / shape.bytes_per_value - matmul) * 2 + matmul
+        stored = (info.parameters - matmul) * 2 + matmul
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES[precision.kv()]
-    return float(weights), float(kv)
+    return float(stored), float(read), float(kv)
 
 
 def check_context(info, requests) -> None:
@@ -207,9 +215,14 @@ def reserved_per_gpu(weights: float, kv_token: float, tp: int, settings: dict) -
     return {"weights": per_gpu, "reserve": reserve, "kv_token": kv_token / tp}
 
 
+def chip_bytes(chip: Chip) -> float:
+    """The chip's memory in bytes: a GPU's "80 GB" is 80 GiB (an H100 shows 81,559 MiB)."""
+    return chip.memory_gb * 2**30
+
+
 def fits(chip: Chip, weights: float, kv_token: float, tp: int, settings: dict) -> bool:
     r = reserved_per_gpu(weights, kv_token, tp, settings)
-    usable = chip.memory_gb * 1e9 * settings["gpu_memory_utilization"]
+    usable = chip_bytes(chip) * settings["gpu_memory_utilization"]
     return usable - r["weights"] - r["reserve"] >= r["kv_token"] * settings["page_size"]
 
 
@@ -225,9 +238,9 @@ def suggest_tp(shape: Shape, chip: Chip, weights: float, kv_token: float, settin
 def memory_plan(info, chip: Chip, tp: int, settings: dict, precision: Precision) -> dict:
     """Weights and KV per GPU, and the paged KV budget; refuses a model that cannot fit."""
     shape = shape_of(info)
-    weights, kv_token = model_bytes(info, precision)
+    weights, _, kv_token = model_bytes(info, precision)
     r = reserved_per_gpu(weights, kv_token, tp, settings)
-    usable = chip.memory_gb * 1e9 * settings["gpu_memory_utilization"]
+    usable = chip_bytes(chip) * settings["gpu_memory_utilization"]
     free = usable - r["weights"] - r["reserve"]
     if free < r["kv_token"] * settings["page_size"]:
         n = suggest_tp(shape, chip, weights, kv_token, settings)
@@ -235,7 +248,7 @@ def memory_plan(info, chip: Chip, tp: int, settings: dict, precision: Precision)
         raise ValueError(
             f"{info.name} ({precision.dtype}) needs {weights / 1e9:.1f} GB of weights, "
             f"{r['weights'] / 1e9:.1f} GB per GPU at tp={tp}: more than {chip.name}'s "
-            f"{chip.memory_gb:.0f} GB x {settings['gpu_memory_utilization']} leaves for weights, "
+            f"{chip.memory_gb:.0f} GiB x {settings['gpu_memory_utilization']} leaves for weights, "
             f"a {settings['activation_reserve_gb']:.1f} GB activation reserve and one KV block "
             f"({hint})"
         )
@@ -269,7 +282,7 @@ def chip_model(
     check_tp(shape, chip, tp)
     tflops = chip.tflops(precision.dtype)
     plan = memory_plan(info, chip, tp, settings, precision)
-    weights, kv_token = model_bytes(info, precision)
+    _, read, kv_token = model_bytes(info, precision)
     model = ChipStepModel(
         s_per_byte=0.0,  # unused: the chip's peaks x efficiencies set the speeds (CHIP_RULE)
         s_per_flop=0.0,
@@ -289,7 +302,7 @@ def chip_model(
         bandwidth_gbps=chip.bandwidth_gbps,
         tflops=tflops,
         interconnect_gbps=chip.interconnect_gbps,
-        weight_bytes=weights,
+        weight_bytes=read,
         kv_bytes_per_token=kv_token,
         request_latency_s=settings["request_latency_s"],
         settings=settings,
@@ -314,7 +327,7 @@ def assumptions(chip: Chip, tp: int, s: dict, plan: dict, p: Precision, tflops: 
         f"{s['request_latency_s'] * 1e3:.1f} ms per request outside the engine",
         f"weights {plan['weights_gb']:.1f} GB ({plan['weights_per_gpu_gb']:.1f} GB per GPU); KV "
         f"budget {plan['kv_budget_gb_per_gpu']:.1f} GB per GPU = {plan['kv_tokens']:,} tokens "
-        f"({s['gpu_memory_utilization']:.0%} of {chip.memory_gb:.0f} GB, "
+        f"({s['gpu_memory_utilization']:.0%} of {chip.memory_gb:.0f} GiB, "
         f"{s['activation_reserve_gb']:.1f} GB activation reserve)",
         f"scheduler: continuous batching, FIFO, chunked prefill under {s['max_batch_tokens']} "
         f"tokens and {s['max_batch']} requests per iteration, {s['page_size']}-token KV blocks",
