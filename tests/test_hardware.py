@@ -143,3 +143,12 @@ def test_cli_hardware(capsys, peaks):
     assert main(["hardware", "--device", "cpu"]) == 0
     text = capsys.readouterr().out
     assert "copy" in text and "GB/s" in text and "H200" in text and "datasheet" in text
+
+
+def test_chip_peaks_take_short_names_and_fp8():
+    assert hardware.chip_peaks("h100", "fp8").flops == pytest.approx(1979e12)
+    assert hardware.chip_peaks("a100-40gb", "bf16").details["memory_gb"] == 40
+    with pytest.raises(ValueError, match="known dtypes for it: float32, bfloat16, float16"):
+        hardware.chip_peaks("a100", "fp8")
+    with pytest.raises(ValueError, match="unknown dtype 'int4'"):
+        hardware.chip_peaks("h100", "int4")

@@ -20,6 +20,9 @@ PUBLISHED = {
     "llama-3.1-8b": 8030.3e6,
     "llama-3.1-70b": 70.6e9,  # model card: 70.6B
     "mistral-7b": 7248.0e6,
+    "qwen3-8b": 8.2e9,  # model cards: 8.2B, 14.8B, 32.8B
+    "qwen3-14b": 14.8e9,
+    "qwen3-32b": 32.8e9,
 }
 
 

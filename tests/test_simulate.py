@@ -14,7 +14,7 @@ from explorer.serving import Iteration, RequestRecord, ServingResult, Workload, 
 from explorer.serving.simulate import StepModel, simulate
 from explorer.serving.simulate.steptime import fit, iteration_work
 from explorer.serving.simulate.validate import compare
-from explorer.serving.simulate.whatif import chip_model
+from explorer.serving.simulate.whatif import DEFAULTS, chip_model
 
 profile_mod = importlib.import_module(
     "explorer.serving.simulate.profile"
@@ -109,7 +109,10 @@ def test_more_gpus_never_lower_modelled_decode_throughput():
     one = chip_model(info, "h100")[0]
     decode = one.seconds(shape_of(info), [[1, 128]])
     weights = sum(shape_of(info).weight_bytes_by_part().values())  # read once per step
-    assert decode == pytest.approx(weights / (3350e9 * 0.75) + 0.5e-3, rel=0.02)
+    overhead = DEFAULTS["iteration_overhead_s"] + DEFAULTS["sequence_overhead_s"]
+    assert decode == pytest.approx(
+        weights / (3350e9 * DEFAULTS["bw_efficiency"]) + overhead, rel=0.02
+    )
 
 
 def test_the_kv_memory_limit_decides_the_batch():

@@ -3,6 +3,7 @@
     explorer simulate --model arch:llama-3.1-8b --hardware h100 --tp 2 --request-rate 20 --json
     explorer simulate --validate                 # measured vs simulated on held-out workloads
     explorer bench simulate --validate --json    # the same, under bench
+    explorer bench simulate --published          # the what-if against published GPU runs
 
 Without --hardware the step-time model is fitted on this machine through the real engine (cached
 per model, dtype, device and library versions); with it, the chip table drives the same simulator
@@ -28,12 +29,16 @@ def add_simulate(sub, name: str) -> None:
     p = sub.add_parser(name, help="predict TTFT, TPOT and throughput before you buy (modelled)")
     p.add_argument("--model", default=None, help="bundled:target (default), arch:llama-3.1-8b, ...")
     p.add_argument("--engine", choices=modelled(), default="continuous")
-    p.add_argument(
-        "--hardware", default=None, help="a known chip: h100, h200, a100, l4, mi300x, ..."
-    )
+    p.add_argument("--hardware", default=None, help=f"a known chip: {', '.join(_chips())}")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (with --hardware)")
     p.add_argument(
-        "--dtype", default=None, help="default: bfloat16 with --hardware, else the model's"
+        "--dtype",
+        default=None,
+        help="weights: default bfloat16 with --hardware (fp8 there: FP8 matmul weights and FLOP/s), "
+        "else the model's",
+    )
+    p.add_argument(
+        "--kv-dtype", default=None, help="--hardware: the KV cache's dtype (fp8; default: 16-bit)"
     )
     p.add_argument("--device", default="auto")
     add_workload_flags(p)
@@ -62,15 +67,39 @@ def add_simulate(sub, name: str) -> None:
         action="store_true",
         help="measure and simulate held-out workloads on this machine; print error %%",
     )
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="simulate published GPU runs (assets/published) with the what-if; print error %%",
+    )
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="--published: refit the what-if's efficiencies on the fitted sources and print them",
+    )
+    p.add_argument(
+        "--save",
+        action="store_true",
+        help="--published: store the comparison (assets/published/validation.json), which "
+        "`explorer simulate --hardware` and the Capacity tab show beside every answer",
+    )
     p.add_argument("--models", default=VALIDATE_MODELS, help="--validate: models (comma-separated)")
     p.add_argument("--refit", action="store_true", help="refit the step model (ignore the cache)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
+def _chips() -> list[str]:
+    from explorer.costs.hardware import KNOWN_CHIPS
+
+    return [c.short_name for c in KNOWN_CHIPS.values()]
+
+
 def run(args) -> int:
     if args.validate:
         return _validate(args)
+    if args.published:
+        return _published(args)
     from explorer.cli.serving import check_unused_knob_flags, knobs_of, workload_of
     from explorer.serving import format_summary, parse_goodput
     from explorer.serving.simulate import simulate
@@ -81,10 +110,18 @@ def run(args) -> int:
     info, model, knobs, lm = _step_model(args)
     knobs = {**knobs, **knobs_of(args, args.engine)}  # a knob's flag overrides the chip's plan
     requests = workload.requests(lm) if lm is not None else None
+    if args.hardware:
+        from explorer.serving.simulate.whatif import check_context
+
+        requests = workload.requests(vocab_size=info.vocab_size)
+        check_context(info, requests)
     res = simulate(info, workload, args.engine, model, goodput=goodput, requests=requests, **knobs)
     out = {**res.to_dict(), "modelled": True, "assumptions": res.meta["assumptions"]}
     for k in ("requests", "iterations", "step_model", "generated_texts"):
         out.pop(k, None)
+    if args.hardware:
+        s = _published_summary()
+        out["error_vs_published"] = None if s is None else s["summary"]
     rows = _against(args, res) if args.measured else None
     if args.json:
         print_json({**out, "error_vs_measured": rows} if rows is not None else out)
@@ -95,7 +132,25 @@ def run(args) -> int:
         print(f"  - {a}")
     if rows:
         _print_rows(rows)
+    if args.hardware:
+        _print_published_summary()
     return 0
+
+
+def _published_summary() -> dict | None:
+    from explorer.serving.simulate.published import validation_summary
+
+    return validation_summary(compute=False)
+
+
+def _print_published_summary() -> None:
+    from explorer.serving.simulate.published import summary_text
+
+    s = _published_summary()
+    if s is None:
+        print("no stored comparison with published runs: `explorer bench simulate --published`")
+    else:
+        print(summary_text(s))
 
 
 def _step_model(args):
@@ -107,9 +162,12 @@ def _step_model(args):
 
         if args.engine != "continuous":
             raise ValueError("--hardware models a continuous-batching server (vLLM-like) only")
+        from explorer.costs.hardware import chip_dtype
+
         name = args.model or "arch:llama-3.1-8b"
-        dtype = args.dtype or "bfloat16"
-        info = arch_info(name, dtype) if name.startswith("arch:") else load(name, dtype=dtype).info
+        dtype = chip_dtype(args.dtype or "bfloat16")
+        built = "bfloat16" if dtype == "fp8" else dtype  # fp8: the what-if sets the bytes
+        info = arch_info(name, built) if name.startswith("arch:") else load(name, dtype=built).info
         overrides = {
             k: v
             for k, v in (
@@ -124,10 +182,14 @@ def _step_model(args):
             )
             if v is not None
         }
-        model, paper = chip_model(info, args.hardware, args.tp, **overrides)
-        return info, model, paper["knobs"], None
+        model, extra = chip_model(
+            info, args.hardware, args.tp, dtype=dtype, kv_dtype=args.kv_dtype, **overrides
+        )
+        return info, model, extra["knobs"], None
     if args.tp != 1:
         raise ValueError("--tp needs --hardware (this machine is one device)")
+    if args.kv_dtype:
+        raise ValueError("--kv-dtype needs --hardware (the what-if on a known chip)")
     from explorer.serving.simulate import profile
 
     lm = load(args.model, device=args.device, dtype=args.dtype or "auto")
@@ -174,3 +236,43 @@ def _validate(args) -> int:
     for name, text in fits.items():
         print(f"step model {name}: {text}")
     return 0
+
+
+def _published(args) -> int:
+    import sys
+
+    from explorer.serving.simulate import published
+
+    say = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr, flush=True))
+    if args.fit:
+        data = published.load()
+        fitted = [p for p in data["points"] if p["source"] in published.FIT_SOURCES]
+        best = published.fit(fitted, progress=say)
+        if args.json:
+            print_json(best)
+        else:
+            print(f"fitted on {', '.join(published.FIT_SOURCES)} ({len(fitted)} runs): {best}")
+        return 0
+    s = published.validation_summary(compute=True, progress=say, save=args.save)
+    if args.json:
+        print_json(s)
+        return 0
+    _print_published_rows(s["rows"])
+    print()
+    print(published.summary_text(s))
+    print(f"what-if settings: {s['settings']}")
+    return 0
+
+
+def _print_published_rows(rows: list[dict]) -> None:
+    print(
+        f"{'run':<34}{'split':<9}{'chip':<10}{'metric':<19}{'measured':>10}{'simulated':>11}"
+        f"{'error':>9}"
+    )
+    for r in rows:
+        err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+        s = "n/a" if r["simulated"] is None else f"{r['simulated']:.4g}"
+        print(
+            f"{r['id'][:33]:<34}{r['split']:<9}{r['chip']:<10}{r['metric']:<19}"
+            f"{r['measured']:>10.4g}{s:>11}{err:>9}"
+        )

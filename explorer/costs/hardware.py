@@ -86,6 +86,36 @@ class Peaks:
 # --- known chips (vendor figures, dense, no sparsity) ---------------------------------------------
 
 
+# The one mapping from a dtype's names to the chip table's FLOP/s field (every reader uses it).
+DTYPE_FIELDS = {
+    "float32": "fp32_tflops",
+    "bfloat16": "bf16_tflops",
+    "float16": "fp16_tflops",
+    "fp8": "fp8_tflops",
+}
+DTYPE_SYNONYMS = {
+    "fp32": "float32",
+    "float": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "e4m3": "fp8",
+}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+
+
+def chip_dtype(dtype) -> str:
+    """The table's name of a dtype ("bf16", torch.bfloat16 -> "bfloat16"; "fp8"); refuses others."""
+    name = str(dtype).replace("torch.", "").lower()
+    name = DTYPE_SYNONYMS.get(name, name)
+    if name not in DTYPE_FIELDS:
+        known = ", ".join([*DTYPE_FIELDS, *DTYPE_SYNONYMS])
+        raise ValueError(f"unknown dtype {dtype!r} for the chip table; known: {known}")
+    return name
+
+
 @dataclass(frozen=True)
 class Chip:
     name: str
@@ -100,6 +130,26 @@ class Chip:
     # GPU-to-GPU bandwidth per direction (GB/s) for tensor parallelism, and what link it is
     interconnect_gbps: float | None = None
     interconnect: str | None = None
+    fp8_tflops: float | None = None  # dense FP8 tensor-core figure; None where the chip has none
+    aliases: tuple[str, ...] = ()  # short names the CLI and the dashboard accept ("h100")
+
+    def tflops(self, dtype) -> float:
+        """Dense matrix TFLOP/s in `dtype`; refuses a dtype the chip has no figure for."""
+        value = getattr(self, DTYPE_FIELDS[chip_dtype(dtype)])
+        if value is None:
+            raise ValueError(
+                f"{self.name} has no published dense {chip_dtype(dtype)} figure ({self.source}); "
+                f"known dtypes for it: {', '.join(self.dtypes())}"
+            )
+        return value
+
+    def dtypes(self) -> list[str]:
+        """The dtypes this chip has a FLOP/s figure for."""
+        return [d for d, f in DTYPE_FIELDS.items() if getattr(self, f) is not None]
+
+    @property
+    def short_name(self) -> str:
+        return self.aliases[0] if self.aliases else self.name
 
 
 KNOWN_CHIPS: dict[str, Chip] = {
@@ -112,6 +162,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             163.4,
             "AMD Instinct MI300X data sheet (dense matrix bf16/fp16; fp32 matrix)",
             fp16_tflops=1307.4,
+            fp8_tflops=2614.9,
+            aliases=("mi300x",),
             memory_gb=192,
             interconnect_gbps=448,
             interconnect="Infinity Fabric (7 links x 64 GB/s each way)",
@@ -123,6 +175,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             67,
             "NVIDIA H200 Tensor Core GPU datasheet (SXM; dense, sparsity figures halved)",
             fp16_tflops=989,
+            fp8_tflops=1979,
+            aliases=("h200",),
             memory_gb=141,
             interconnect_gbps=450,
             interconnect="NVLink 4 (900 GB/s bidirectional, 450 each way)",
@@ -134,6 +188,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             67,
             "NVIDIA H100 Tensor Core GPU datasheet (SXM5; dense, sparsity figures halved)",
             fp16_tflops=989,
+            fp8_tflops=1979,
+            aliases=("h100",),
             memory_gb=80,
             interconnect_gbps=450,
             interconnect="NVLink 4 (900 GB/s bidirectional, 450 each way)",
@@ -143,9 +199,22 @@ KNOWN_CHIPS: dict[str, Chip] = {
             2039,
             312,
             19.5,
-            "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM; fp32 = non-tensor)",
+            "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM; fp32 = non-tensor; no FP8 units)",
             fp16_tflops=312,
+            aliases=("a100", "a100-80gb"),
             memory_gb=80,
+            interconnect_gbps=300,
+            interconnect="NVLink 3 (600 GB/s bidirectional, 300 each way)",
+        ),
+        Chip(
+            "A100 40GB",
+            1555,
+            312,
+            19.5,
+            "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM; fp32 = non-tensor; no FP8 units)",
+            fp16_tflops=312,
+            aliases=("a100-40gb",),
+            memory_gb=40,
             interconnect_gbps=300,
             interconnect="NVLink 3 (600 GB/s bidirectional, 300 each way)",
         ),
@@ -156,6 +225,8 @@ KNOWN_CHIPS: dict[str, Chip] = {
             30.3,
             "NVIDIA L4 Tensor Core GPU datasheet (dense, sparsity figures halved)",
             fp16_tflops=121,
+            fp8_tflops=242.5,
+            aliases=("l4",),
             memory_gb=24,
             interconnect_gbps=32,
             interconnect="PCIe 4.0 x16 (~32 GB/s each way; no NVLink)",
@@ -167,6 +238,7 @@ KNOWN_CHIPS: dict[str, Chip] = {
             8.1,
             "NVIDIA T4 Tensor Core GPU datasheet (Turing: no bf16; fp16 mixed 65 TFLOPS)",
             fp16_tflops=65,
+            aliases=("t4",),
             memory_gb=16,
         ),
         Chip(
@@ -177,6 +249,7 @@ KNOWN_CHIPS: dict[str, Chip] = {
             "NVIDIA Ada Lovelace GPU architecture whitepaper, GeForce RTX 4090 "
             "(bf16/fp16 tensor with fp32 accumulate, dense)",
             fp16_tflops=165.2,
+            aliases=("4090", "rtx-4090"),
             memory_gb=24,
         ),
         Chip(
@@ -185,6 +258,7 @@ KNOWN_CHIPS: dict[str, Chip] = {
             None,
             3.6,
             "Apple newsroom 'Apple unveils M2' (June 2022): 100 GB/s, 3.6 TFLOPS GPU",
+            aliases=("m2",),
             memory_gb=24,
         ),
         Chip(
@@ -193,6 +267,7 @@ KNOWN_CHIPS: dict[str, Chip] = {
             None,
             13.6,
             "Apple newsroom 'M2 Pro and M2 Max' (Jan 2023): 400 GB/s, 13.6 TFLOPS GPU",
+            aliases=("m2-max",),
             memory_gb=96,
         ),
         Chip(
@@ -202,6 +277,7 @@ KNOWN_CHIPS: dict[str, Chip] = {
             14.2,
             "Apple M3 Max spec page: 400 GB/s (16-core CPU variant); fp32 derived, "
             "not published: 40 GPU cores x 128 lanes x 2 FLOP x ~1.39 GHz",
+            aliases=("m3-max",),
             memory_gb=128,
         ),
         Chip(
@@ -211,30 +287,34 @@ KNOWN_CHIPS: dict[str, Chip] = {
             0.9,
             "derived, not a datasheet: dual-channel DDR5-5600 = 2 x 8 B x 5600 MT/s; "
             "8 cores x 2 AVX2 FMA x 8 fp32 lanes x 2 FLOP x ~3.5 GHz",
+            aliases=("laptop-cpu",),
             memory_gb=16,
         ),
     ]
 }
 
 
+CHIP_ALIASES: dict[str, str] = {a: c.name for c in KNOWN_CHIPS.values() for a in c.aliases}
+
+
+def chip_named(name: str) -> Chip:
+    """A chip of the table by its name ("H100 SXM") or a short name ("h100"); refuses others."""
+    key = CHIP_ALIASES.get(str(name).lower(), name)
+    if key not in KNOWN_CHIPS:
+        known = ", ".join([*CHIP_ALIASES, *KNOWN_CHIPS])
+        raise ValueError(f"unknown chip {name!r}; known: {known}")
+    return KNOWN_CHIPS[key]
+
+
 def chip_peaks(name: str, dtype: str = "bfloat16") -> Peaks:
     """Modelled peaks of a known chip for a dtype (vendor figures; nothing measured)."""
-    if name not in KNOWN_CHIPS:
-        raise ValueError(f"unknown chip {name!r}; known: {', '.join(KNOWN_CHIPS)}")
-    chip = KNOWN_CHIPS[name]
-    key = dtype_name(dtype)
-    tflops = {
-        "float32": chip.fp32_tflops,
-        "bfloat16": chip.bf16_tflops,
-        "float16": chip.fp16_tflops,
-    }[key]
-    if tflops is None:
-        raise ValueError(f"{name} has no published dense {key} figure ({chip.source})")
+    chip = chip_named(name)
+    key = chip_dtype(dtype)
     return Peaks(
-        device=name,
+        device=chip.name,
         dtype=key,
         bandwidth_gbps=chip.bandwidth_gbps,
-        flops=tflops * 1e12,
+        flops=chip.tflops(key) * 1e12,
         method="modelled",
         details={"source": chip.source, "memory_gb": chip.memory_gb},
     )

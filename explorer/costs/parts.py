@@ -89,6 +89,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
         mlp_bias=False,
     ),
 }
+# Qwen3: Llama's structure plus an RMSNorm over each head's q and k (head_dim weights each)
+FAMILIES["qwen3"] = {**FAMILIES["llama"], "qk_norm": True}
 
 PART_NOTES: dict[str, str] = {
     "weights/embedding": "modelled: B*n gathered rows of the token embedding",
@@ -134,6 +136,7 @@ class Shape:
     mlp_bias: bool
     # bytes per matmul weight value by part (scales included): the dtype's size unless quantised
     linear_bytes: tuple[tuple[str, float], ...] = ()
+    qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
     # derived in __post_init__ (parameters per layer, matmul parameters per token):
     attn_params: int = field(init=False)
     attn_matmul_params: int = field(init=False)
@@ -164,7 +167,7 @@ class Shape:
             ("attn_matmul_params", attn_mm),
             ("mlp_params", mlp),
             ("mlp_matmul_params", mlp_mm),
-            ("norm_params", 2 * per_norm),
+            ("norm_params", 2 * per_norm + (2 * self.head_dim if self.qk_norm else 0)),
             ("act_elems", 2 * acts),
         ]:
             object.__setattr__(self, name, value)

@@ -21,7 +21,18 @@ from explorer.app.controls import labelled, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
 
-CHIPS = ("h100", "h200", "a100", "mi300x", "l4")
+
+def _chips() -> list[str]:
+    """The chip table's GPUs with a memory figure and a 16-bit matrix figure (short names)."""
+    from explorer.costs.hardware import KNOWN_CHIPS
+
+    return [c.short_name for c in KNOWN_CHIPS.values() if c.memory_gb and c.bf16_tflops]
+
+
+def whatif_defaults() -> dict:
+    from explorer.serving.simulate.whatif import DEFAULTS
+
+    return DEFAULTS
 
 
 def _shapes() -> list[str]:
@@ -51,17 +62,23 @@ class CapacityTab(Tab):
         shapes = _shapes()
         default = "arch:llama-3.1-8b" if "arch:llama-3.1-8b" in shapes else shapes[0]
         self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
-        self.chip = box(W.Dropdown, "chip", "h100", "chip", options=list(CHIPS))
+        self.chip = box(W.Dropdown, "chip", "h100", "chip", options=_chips())
         self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
         self.dtype = box(
-            W.Dropdown, "dtype", "bfloat16", "dtype", "215px", options=["bfloat16", "float16"]
+            W.Dropdown,
+            "dtype",
+            "bfloat16",
+            "dtype",
+            "215px",
+            options=["bfloat16", "float16", "fp8"],
         )
         self.input_len = box(W.IntText, "input", 512, "prompt tokens")
         self.output_len = box(W.IntText, "output", 128, "output tokens")
         self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
         self.price = box(W.FloatText, "price", 2.5, "$ / GPU-hour")
-        self.bw_eff = box(W.FloatText, "bw-eff", 0.75, "bandwidth eff.")
-        self.flop_eff = box(W.FloatText, "flop-eff", 0.6, "FLOP eff.")
+        fitted = whatif_defaults()
+        self.bw_eff = box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
+        self.flop_eff = box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
         self.run_button = tagged(
             W.Button(
                 description="Run",
@@ -156,6 +173,7 @@ class CapacityTab(Tab):
             self.gpus.value,
             bw_efficiency=self.bw_eff.value,
             flop_efficiency=self.flop_eff.value,
+            dtype=self.dtype.value,
         )
         cells = "".join(
             f"<tr><td>{r['metric']}</td><td>{_f(r['measured'])}</td>"
@@ -171,7 +189,8 @@ class CapacityTab(Tab):
     def _info(self):
         from explorer.model.loader import arch_info
 
-        return arch_info(self.model.value, self.dtype.value)
+        built = "bfloat16" if self.dtype.value == "fp8" else self.dtype.value
+        return arch_info(self.model.value, built)
 
     def run(self) -> None:
         """Simulate the curve and show the answer (errors go to the dashboard's message)."""
@@ -198,6 +217,7 @@ class CapacityTab(Tab):
             slos=slos,
             bw_efficiency=self.bw_eff.value,
             flop_efficiency=self.flop_eff.value,
+            dtype=self.dtype.value,
         )
         self.rows = rows
         plots.redraw(self.chart, plots.capacity_figure(rows, slos))
@@ -220,7 +240,7 @@ class CapacityTab(Tab):
         items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
         self.answer.value = (
             f"<div>{verdict} (modelled)</div><details><summary>assumptions</summary>"
-            f"<ul style='font-size:11px'>{items}</ul></details>"
+            f"<ul style='font-size:11px'>{items}</ul></details>{_published_html()}"
         )
         self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
 
@@ -231,3 +251,28 @@ def _f(v) -> str:
 
 def _pct(v) -> str:
     return "n/a" if v is None else f"{v:+.1f}%"
+
+
+def _published_html() -> str:
+    """How far the what-if was from published GPU runs (the stored comparison), as a table."""
+    from explorer.serving.simulate.published import validation_summary
+
+    s = validation_summary(compute=False)
+    if s is None:
+        return "<div>no stored comparison with published runs</div>"
+    cells = "".join(
+        f"<tr><td>{x['metric']}</td><td>{_abs(x['fitted'])} ({x['n_fitted']})</td>"
+        f"<td>{_abs(x['held_out'])} ({x['n_held_out']})</td></tr>"
+        for x in s["summary"]
+    )
+    return (
+        f"<details><summary>how far this model was from published GPU runs (median |error|; "
+        f"fitted on {', '.join(s['fit_sources'])}, held out "
+        f"{', '.join(s['held_out_sources'])})</summary><table style='font-size:11px'><tr>"
+        f"<th>metric</th><th>fitted (runs)</th><th>held out (runs)</th></tr>{cells}</table>"
+        f"</details>"
+    )
+
+
+def _abs(v) -> str:
+    return "n/a" if v is None else f"{v:.1f}%"

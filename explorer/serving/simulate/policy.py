@@ -32,9 +32,14 @@ from explorer.serving.metrics import RequestRecord
 SAFETY_MARGIN = 0.15  # transformers' FIFOScheduler: free-block fraction under which prefills wait
 
 
-@dataclass
+@dataclass(eq=False)
 class SimRequest(RequestRecord):
-    """A request as the simulator follows it: the serving lab's record, plus the engine's state."""
+    """A request as the simulator follows it: the serving lab's record, plus the engine's state.
+    Compared by identity (`req in waiting`): comparing every field made a 1,000-request burst
+    spend 85% of its time in __eq__."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     # continuous-batching state
     prefill_left: int = 0  # prompt (or recompute) tokens not yet in the cache
@@ -287,8 +292,9 @@ class ContinuousPolicy(Policy):
         for req in preempted:
             sim.running.remove(req)
             sim.waiting.append(req)
-        for req, _ in rows:
-            if req in sim.waiting:
-                sim.waiting.remove(req)
-                sim.running.append(req)
+        waiting = {id(r) for r in sim.waiting}
+        admitted = {id(req) for req, _ in rows if id(req) in waiting}
+        if admitted:  # one pass, not a list search per row (a large burst is quadratic otherwise)
+            sim.running.extend(req for req, _ in rows if id(req) in admitted)
+            sim.waiting = [r for r in sim.waiting if id(r) not in admitted]
         return Plan.of(rows, preempted=len(preempted))

@@ -52,6 +52,9 @@ def simulate(
     sim = Simulator(policy, shape_of(info), step_model, wl.max_concurrency if wl else None)
     iterations = sim.run(sim_reqs)
     records = to_records(sim_reqs)
+    latency = getattr(step_model, "request_latency_s", 0.0)  # outside the engine (HTTP, tokenising)
+    for rec in records:
+        rec.sent_s = None if rec.sent_s is None else rec.sent_s - latency
     meta = run_meta(None, "complete", label or f"{engine} (simulated)")
     meta.update(
         model=info.name,

@@ -3,16 +3,20 @@
 Every figure here is modelled. One iteration on a chip (ChipStepModel, CHIP_RULE):
 
     seconds = max(bytes per GPU / (bandwidth x bw_efficiency), FLOPs per GPU / (FLOP/s x
-              flop_efficiency)) + iteration overhead + TP all-reduces
+              flop_efficiency)) + iteration overhead + requests x sequence overhead
+              + TP all-reduces;  TTFT and E2E of each request + a fixed request latency
 
 Tensor parallelism over N GPUs splits every weight and the KV cache N ways (heads and KV heads must
 divide by N) and adds two all-reduces per layer (after attention and after the MLP), each moving
 2 (N - 1) / N x tokens x hidden x bytes over the interconnect (the chip table's per-direction
 figure) plus a fixed latency. The KV budget is what is left of gpu_memory_utilization x memory
-after the weights and an activation reserve; it sets the paged cache's blocks, so it decides the
-largest batch. Default efficiencies are round figures from public measurements (decode on vLLM /
-TensorRT-LLM reaches roughly 70-80% of HBM bandwidth; large prefills 50-70% of dense peak): edit
-them, and compare against a measured result (vllm bench serve's JSON) wherever one exists.
+(a GPU's "80 GB" is GiB) after the weights and an activation reserve; it sets the paged cache's
+blocks, so it decides the largest batch. Weights and KV cache may be FP8 (--dtype fp8: the
+matmul weights at 1 byte and the chip's FP8 FLOP/s; --kv-dtype fp8: half the KV bytes). The
+default efficiencies and overheads were fitted to published GPU runs, and their error against
+those runs (fitted and held out) is shown beside every answer
+(explorer.serving.simulate.published); edit them, and compare against a measured result
+(vllm bench serve's JSON) wherever one exists.
 """
 
 from __future__ import annotations
@@ -20,71 +24,87 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from explorer.costs.hardware import KNOWN_CHIPS, Chip
+from explorer.costs.hardware import DTYPE_BYTES, Chip, chip_dtype, chip_named
 from explorer.costs.parts import Shape, shape_of
-from explorer.serving.simulate.steptime import StepModel, iteration_work
+from explorer.serving.simulate.steptime import StepModel
 
 CHIP_RULE = (
     "seconds = max(bytes per GPU / (bandwidth x bw_efficiency), FLOPs per GPU / (FLOP/s x "
-    "flop_efficiency)) + iteration overhead + 2 all-reduces per layer (2 (N-1)/N x tokens x hidden "
-    "x bytes / interconnect + latency)"
+    "flop_efficiency)) + iteration overhead + requests x sequence overhead + 2 all-reduces per layer (2 (N-1)/N x tokens x hidden "
+    "x bytes / interconnect + latency); each request's TTFT and E2E + a fixed request latency"
 )
+# The efficiencies and overheads were fitted (rounded) to the published runs of sources S3 and S9
+# (vLLM 0.11 / 0.19 through `vllm bench serve`; `explorer bench simulate --published --fit`,
+# assets/published/); the other sources are held out. The rest are vLLM's defaults.
 DEFAULTS = {
-    "bw_efficiency": 0.75,
-    "flop_efficiency": 0.6,
-    "iteration_overhead_s": 0.5e-3,  # scheduler + launch per iteration with CUDA graphs
+    "bw_efficiency": 0.57,
+    "flop_efficiency": 0.4,
+    "iteration_overhead_s": 0.0,  # per iteration (fitted 0: CUDA graphs, async scheduling)
+    "sequence_overhead_s": 0.0,  # per request in an iteration (not fitted: see published.py)
+    "request_latency_s": 0.053,  # per request outside the engine: HTTP, tokenising, streaming
     "allreduce_latency_s": 10e-6,
     "gpu_memory_utilization": 0.9,  # vLLM's default
     "activation_reserve_gb": 2.0,
     "page_size": 16,  # vLLM's default block size
     "max_batch_tokens": 8192,  # vLLM's default max_num_batched_tokens for chunked prefill
+    "max_batch": 256,  # vLLM's default max_num_seqs: requests per iteration at most
 }
-ALIASES = {
-    "h100": "H100 SXM",
-    "h200": "H200",
-    "a100": "A100 80GB",
-    "l4": "L4",
-    "t4": "T4",
-    "mi300x": "MI300X",
-    "4090": "RTX 4090",
-    "m2": "Apple M2",
-    "m2-max": "Apple M2 Max",
-    "m3-max": "Apple M3 Max",
+# (lowest, highest, whether the lowest is allowed) per setting; whole numbers where int
+RANGES = {
+    "bw_efficiency": (0.0, 1.0, False),
+    "flop_efficiency": (0.0, 1.0, False),
+    "iteration_overhead_s": (0.0, math.inf, True),
+    "sequence_overhead_s": (0.0, math.inf, True),
+    "request_latency_s": (0.0, math.inf, True),
+    "allreduce_latency_s": (0.0, math.inf, True),
+    "gpu_memory_utilization": (0.0, 1.0, False),
+    "activation_reserve_gb": (0.0, math.inf, True),
+    "page_size": (1, math.inf, True),
+    "max_batch_tokens": (1, math.inf, True),
+    "max_batch": (1, math.inf, True),
 }
+WHOLE = ("page_size", "max_batch_tokens", "max_batch")
 
 
-def chip_named(name: str) -> Chip:
-    key = ALIASES.get(name.lower(), name)
-    if key not in KNOWN_CHIPS:
-        known = ", ".join(sorted(set(ALIASES) | set(KNOWN_CHIPS)))
-        raise ValueError(f"unknown chip {name!r}; known: {known}")
-    return KNOWN_CHIPS[key]
-
-
-def _tflops(chip: Chip, dtype: str) -> float:
-    if dtype in ("bfloat16", "bf16"):
-        value = chip.bf16_tflops
-    elif dtype in ("float16", "fp16"):
-        value = chip.fp16_tflops
-    else:
-        value = chip.fp32_tflops
-    if value is None:
-        raise ValueError(f"{chip.name} has no {dtype} matrix figure in the chip table")
-    return value
+def check_settings(settings: dict) -> None:
+    """Refuse, in one line naming the field, a what-if setting out of its range (nan, inf too)."""
+    for name, value in settings.items():
+        if name not in RANGES:
+            raise ValueError(f"unknown what-if setting {name!r}; known: {', '.join(DEFAULTS)}")
+        low, high, low_ok = RANGES[name]
+        whole = name in WHOLE
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value) and (not whole or float(value).is_integer())
+        ok = ok and (value >= low if low_ok else value > low) and value <= high
+        if not ok:
+            lo = f">= {low}" if low_ok else f"> {low}"
+            hi = "" if high == math.inf else f" and <= {high}"
+            kind = "a whole number" if whole else "a finite number"
+            raise ValueError(f"what-if setting {name} must be {kind} {lo}{hi}, got {value!r}")
 
 
 def check_tp(shape: Shape, chip: Chip, tp: int) -> None:
-    if not isinstance(tp, int) or tp < 1:
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"--tp must be a whole number >= 1, got {tp!r}")
     if tp == 1:
         return
     bad = [f"{n} {v}" for n, v in (("heads", shape.heads), ("KV heads", shape.kv_heads)) if v % tp]
     if bad:
-        raise ValueError(f"tensor parallel {tp} does not divide the model's {' and '.join(bad)}")
+        raise ValueError(
+            f"tensor parallel {tp} does not divide the model's {' and '.join(bad)}; "
+            f"sizes that do: {', '.join(map(str, tp_sizes(shape)))}"
+        )
     if not chip.interconnect_gbps:
         raise ValueError(
             f"{chip.name} has no GPU-to-GPU interconnect figure: tensor parallel is not modelled"
         )
+
+
+def tp_sizes(shape: Shape) -> list[int]:
+    """Tensor-parallel sizes that divide both the heads and the KV heads."""
+    return [
+        n for n in range(1, shape.heads + 1) if shape.heads % n == 0 and shape.kv_heads % n == 0
+    ]
 
 
 @dataclass
@@ -96,101 +116,221 @@ class ChipStepModel(StepModel):
     bandwidth_gbps: float = 0.0
     tflops: float = 0.0
     interconnect_gbps: float | None = None
+    weight_bytes: float = 0.0  # weights one iteration reads (fp8 matmuls: 1 byte per value)
+    kv_bytes_per_token: float = 0.0  # K and V of one token, all layers, at the KV dtype
+    act_bytes: int = 2  # bytes per activation value moved by the all-reduces
+    request_latency_s: float = 0.0  # added to each request's TTFT and E2E (see run.simulate)
     settings: dict = field(default_factory=dict)
 
     def seconds(self, shape: Shape, passes: list[list[int]]) -> float:
-        w = iteration_work(shape, passes)
+        w = chip_work(shape, passes, self.weight_bytes, self.kv_bytes_per_token)
         s = self.settings
         memory = w["bytes"] / self.tp / (self.bandwidth_gbps * 1e9 * s["bw_efficiency"])
         compute = w["flops"] / self.tp / (self.tflops * 1e12 * s["flop_efficiency"])
-        return max(memory, compute) + self.iteration_s + self.allreduce_s(shape, w)
+        overhead = self.iteration_s + self.request_s * len(passes)
+        return max(memory, compute) + overhead + self.allreduce_s(shape, w)
 
     def allreduce_s(self, shape: Shape, work: dict) -> float:
         if self.tp == 1:
             return 0.0
-        moved = 2 * (self.tp - 1) / self.tp * work["tokens"] * shape.hidden * shape.bytes_per_value
+        moved = 2 * (self.tp - 1) / self.tp * work["tokens"] * shape.hidden * self.act_bytes
         one = moved / (self.interconnect_gbps * 1e9) + self.settings["allreduce_latency_s"]
         return 2 * shape.layers * one
 
 
-def memory_plan(info, chip: Chip, tp: int, settings: dict) -> dict:
+def chip_work(shape: Shape, passes, weight_bytes: float, kv_per_token: float) -> dict:
+    """Bytes and FLOPs of one iteration, in closed form (the same sums as
+    steptime.iteration_work, at the what-if's weight and KV bytes): every weight once, K/V read
+    for each pass's past and written for its query; 2 FLOPs per matmul weight per query token,
+    4 x heads x head_dim per query x key pair per layer, one logit row per pass."""
+    query = past = pairs = 0
+    for q, p in passes:
+        query += q
+        past += p
+        pairs += q * (p + q)
+    per_token = 2.0 * shape.layers * (shape.attn_matmul_params + shape.mlp_matmul_params)
+    flops = (
+        per_token * query
+        + 4.0 * shape.layers * shape.heads * shape.head_dim * pairs
+        + 2.0 * len(passes) * shape.hidden * shape.vocab
+    )
+    return {
+        "bytes": weight_bytes + kv_per_token * (past + query),
+        "flops": flops,
+        "tokens": float(query),
+    }
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What the what-if stores and computes in: weights (and the matmuls' FLOP/s) and the KV cache."""
+
+    dtype: str = "bfloat16"  # weights; "fp8": matmul weights 1 byte, FP8 tensor-core FLOP/s
+    kv_dtype: str | None = None  # None: the weights' (bf16 activations for fp8 weights)
+
+    def kv(self) -> str:
+        if self.kv_dtype is not None:
+            return chip_dtype(self.kv_dtype)
+        return "bfloat16" if chip_dtype(self.dtype) == "fp8" else chip_dtype(self.dtype)
+
+
+def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
+    """(weight bytes as stored, weight bytes one iteration reads, KV bytes per token) of `info`
+    at `precision`. FP8 weights store the attention and MLP matrices at 1 byte per value and the
+    embeddings, norms and lm_head at 16 bits (as FP8 checkpoints such as
+    nvidia/Llama-3.1-8B-Instruct-FP8 do). An iteration reads every weight except the input
+    embedding table, of which it gathers a few rows (explorer.costs.parts)."""
+    shape = shape_of(info)
+    dtype = chip_dtype(precision.dtype)
+    matmul = shape.layers * (shape.attn_matmul_params + shape.mlp_matmul_params)
+    parts = shape.weight_bytes_by_part()
+    read = sum(parts.values()) * DTYPE_BYTES[dtype] / shape.bytes_per_value
+    stored = info.parameters * DTYPE_BYTES[dtype]
+    if dtype == "fp8":  # the matmuls at 1 byte, the rest at 2
+        read = (sum(parts.values()) / shape.bytes_per_value - matmul) * 2 + matmul
+        stored = (info.parameters - matmul) * 2 + matmul
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES[precision.kv()]
+    return float(stored), float(read), float(kv)
+
+
+def check_context(info, requests) -> None:
+    """Refuse a request whose prompt plus output is past the model's context window."""
+    limit = info.max_positions
+    if not limit:
+        return
+    for r in requests:
+        total = len(r.prompt_ids) + r.max_tokens
+        if total > limit:
+            raise ValueError(
+                f"request {r.id}: prompt {len(r.prompt_ids)} + output {r.max_tokens} tokens is "
+                f"past {info.name}'s context of {limit} tokens"
+            )
+
+
+def reserved_per_gpu(weights: float, kv_token: float, tp: int, settings: dict) -> dict:
+    """What each of `tp` GPUs holds: its share of the weights, the activation reserve, and the KV
+    budget left of gpu_memory_utilization x memory (bytes; kv_tokens per GPU share)."""
+    per_gpu = weights / tp
+    reserve = settings["activation_reserve_gb"] * 1e9
+    return {"weights": per_gpu, "reserve": reserve, "kv_token": kv_token / tp}
+
+
+def chip_bytes(chip: Chip) -> float:
+    """The chip's memory in bytes: a GPU's "80 GB" is 80 GiB (an H100 shows 81,559 MiB)."""
+    return chip.memory_gb * 2**30
+
+
+def fits(chip: Chip, weights: float, kv_token: float, tp: int, settings: dict) -> bool:
+    r = reserved_per_gpu(weights, kv_token, tp, settings)
+    usable = chip_bytes(chip) * settings["gpu_memory_utilization"]
+    return usable - r["weights"] - r["reserve"] >= r["kv_token"] * settings["page_size"]
+
+
+def suggest_tp(shape: Shape, chip: Chip, weights: float, kv_token: float, settings: dict):
+    """The smallest tensor-parallel size that divides the heads and KV heads and whose GPUs each
+    hold their weights, the activation reserve and at least one KV block (None: none does)."""
+    for n in tp_sizes(shape):
+        if fits(chip, weights, kv_token, n, settings):
+            return n
+    return None
+
+
+def memory_plan(info, chip: Chip, tp: int, settings: dict, precision: Precision) -> dict:
     """Weights and KV per GPU, and the paged KV budget; refuses a model that cannot fit."""
     shape = shape_of(info)
-    weights = info.weight_bytes  # the real tensors' bytes (embedding table included)
-    per_gpu = weights / tp
-    usable = chip.memory_gb * 1e9 * settings["gpu_memory_utilization"]
-    free = usable - per_gpu - settings["activation_reserve_gb"] * 1e9
-    kv_token = shape.kv_bytes_per_token / tp
-    if free < kv_token * settings["page_size"]:
-        need_gpus = math.ceil(
-            (weights + settings["activation_reserve_gb"] * 1e9 * tp)
-            / (chip.memory_gb * 1e9 * settings["gpu_memory_utilization"])
-        )
+    weights, _, kv_token = model_bytes(info, precision)
+    r = reserved_per_gpu(weights, kv_token, tp, settings)
+    usable = chip_bytes(chip) * settings["gpu_memory_utilization"]
+    free = usable - r["weights"] - r["reserve"]
+    if free < r["kv_token"] * settings["page_size"]:
+        n = suggest_tp(shape, chip, weights, kv_token, settings)
+        hint = f"try --tp {n}" if n else "no tensor-parallel size that divides the heads fits it"
         raise ValueError(
-            f"{info.name} ({info.dtype}) needs {weights / 1e9:.1f} GB of weights, "
-            f"{per_gpu / 1e9:.1f} GB per GPU at tp={tp}: more than {chip.name}'s "
-            f"{chip.memory_gb:.0f} GB x {settings['gpu_memory_utilization']} leaves for weights, "
-            f"activations and KV even at batch 1 (try --tp {max(need_gpus, tp + 1)} or more)"
+            f"{info.name} ({precision.dtype}) needs {weights / 1e9:.1f} GB of weights, "
+            f"{r['weights'] / 1e9:.1f} GB per GPU at tp={tp}: more than {chip.name}'s "
+            f"{chip.memory_gb:.0f} GiB x {settings['gpu_memory_utilization']} leaves for weights, "
+            f"a {settings['activation_reserve_gb']:.1f} GB activation reserve and one KV block "
+            f"({hint})"
         )
-    tokens = int(free // kv_token)
+    tokens = int(free // r["kv_token"])
     return {
         "weights_gb": weights / 1e9,
-        "weights_per_gpu_gb": per_gpu / 1e9,
+        "weights_per_gpu_gb": r["weights"] / 1e9,
         "kv_budget_gb_per_gpu": free / 1e9,
         "kv_tokens": tokens,
         "num_blocks": tokens // settings["page_size"],
     }
 
 
-def chip_model(info, chip_name: str, tp: int = 1, **overrides) -> tuple[ChipStepModel, dict]:
-    """(the on-paper step model, the engine knobs it implies: the KV blocks from memory)."""
-    unknown = set(overrides) - set(DEFAULTS)
-    if unknown:
-        raise ValueError(
-            f"unknown what-if setting {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}"
-        )
+def chip_model(
+    info,
+    chip_name: str,
+    tp: int = 1,
+    *,
+    dtype: str | None = None,
+    kv_dtype: str | None = None,
+    **overrides,
+) -> tuple[ChipStepModel, dict]:
+    """(the on-paper step model, the engine knobs it implies: the KV blocks from memory).
+    dtype: the weights' ("fp8" for FP8 weights; default the model's); kv_dtype: the KV cache's."""
+    check_settings(overrides)
     settings = {**DEFAULTS, **overrides}
     chip = chip_named(chip_name)
+    precision = Precision(chip_dtype(dtype or info.dtype), kv_dtype)
+    precision.kv()  # refuses an unknown KV dtype
     shape = shape_of(info)
     check_tp(shape, chip, tp)
-    plan = memory_plan(info, chip, tp, settings)
+    tflops = chip.tflops(precision.dtype)
+    plan = memory_plan(info, chip, tp, settings, precision)
+    _, read, kv_token = model_bytes(info, precision)
     model = ChipStepModel(
         s_per_byte=0.0,  # unused: the chip's peaks x efficiencies set the speeds (CHIP_RULE)
         s_per_flop=0.0,
         iteration_s=settings["iteration_overhead_s"],
-        request_s=0.0,
+        request_s=settings["sequence_overhead_s"],
         token_s=0.0,
         method="modelled",
         rule=CHIP_RULE,
-        key={"model": info.name, "dtype": info.dtype, "device": f"{tp}x {chip.name} (modelled)"},
+        key={
+            "model": info.name,
+            "dtype": precision.dtype,
+            "kv_dtype": precision.kv(),
+            "device": f"{tp}x {chip.name} (modelled)",
+        },
         chip=chip.name,
         tp=tp,
         bandwidth_gbps=chip.bandwidth_gbps,
-        tflops=_tflops(chip, info.dtype),
+        tflops=tflops,
         interconnect_gbps=chip.interconnect_gbps,
+        weight_bytes=read,
+        kv_bytes_per_token=kv_token,
+        request_latency_s=settings["request_latency_s"],
         settings=settings,
     )
-    model.assumptions = assumptions(info, chip, tp, settings, plan)
+    model.assumptions = assumptions(chip, tp, settings, plan, precision, tflops)
     knobs = {
         "num_blocks": plan["num_blocks"],
         "page_size": settings["page_size"],
         "max_batch_tokens": settings["max_batch_tokens"],
+        "max_requests_per_batch": settings["max_batch"],
     }
     return model, {"knobs": knobs, "memory": plan}
 
 
-def assumptions(info, chip: Chip, tp: int, s: dict, plan: dict) -> list[str]:
+def assumptions(chip: Chip, tp: int, s: dict, plan: dict, p: Precision, tflops: float) -> list:
     out = [
         f"modelled, nothing measured: {tp} x {chip.name} ({chip.source})",
-        f"{chip.bandwidth_gbps:.0f} GB/s x {s['bw_efficiency']:.0%} bandwidth efficiency, "
-        f"{_tflops(chip, info.dtype):.0f} TFLOP/s {info.dtype} x {s['flop_efficiency']:.0%} FLOP "
-        f"efficiency, {s['iteration_overhead_s'] * 1e3:.2f} ms overhead per iteration",
+        f"weights {p.dtype}, KV cache {p.kv()}: {chip.bandwidth_gbps:.0f} GB/s x "
+        f"{s['bw_efficiency']:.0%} bandwidth efficiency, {tflops:.0f} TFLOP/s {p.dtype} x "
+        f"{s['flop_efficiency']:.0%} FLOP efficiency, {s['iteration_overhead_s'] * 1e3:.2f} ms "
+        f"overhead per iteration + {s['sequence_overhead_s'] * 1e3:.3f} ms per request in it, "
+        f"{s['request_latency_s'] * 1e3:.1f} ms per request outside the engine",
         f"weights {plan['weights_gb']:.1f} GB ({plan['weights_per_gpu_gb']:.1f} GB per GPU); KV "
         f"budget {plan['kv_budget_gb_per_gpu']:.1f} GB per GPU = {plan['kv_tokens']:,} tokens "
-        f"({s['gpu_memory_utilization']:.0%} of {chip.memory_gb:.0f} GB, "
+        f"({s['gpu_memory_utilization']:.0%} of {chip.memory_gb:.0f} GiB, "
         f"{s['activation_reserve_gb']:.1f} GB activation reserve)",
         f"scheduler: continuous batching, FIFO, chunked prefill under {s['max_batch_tokens']} "
-        f"tokens per iteration, {s['page_size']}-token KV blocks",
+        f"tokens and {s['max_batch']} requests per iteration, {s['page_size']}-token KV blocks",
     ]
     if tp > 1:
         out.append(
@@ -203,26 +343,17 @@ def assumptions(info, chip: Chip, tp: int, s: dict, plan: dict) -> list[str]:
 
 def simulate_measured(info, path, chip: str, tp: int = 1, **overrides) -> list[dict]:
     """The model's error against a measured result file (vllm bench serve --save-result, or
-    ours): its workload (request count, rate, median prompt and output lengths) simulated on
-    `tp` x `chip`; rows as explorer.serving.simulate.validate.compare makes them."""
-    import statistics
-
+    ours): its requests replayed with their own prompt and output lengths (input_lens,
+    output_lens; median lengths where the file has none) on `tp` x `chip`; rows as
+    explorer.serving.simulate.validate.compare makes them."""
     from explorer.serving.metrics import load_result
+    from explorer.serving.replay import replay_result
     from explorer.serving.simulate.run import simulate
     from explorer.serving.simulate.validate import compare
-    from explorer.serving.workload import Workload
 
     measured = load_result(path)
-    rate = measured.get("request_rate")
-    rate = None if rate in (None, "inf", float("inf")) else float(rate)
-    wl = Workload(
-        num_prompts=int(measured["completed"]),
-        arrival="poisson" if rate else "burst",
-        request_rate=rate,
-        max_concurrency=measured.get("max_concurrency"),
-        input_len=max(1, round(statistics.median(measured["input_lens"]))),
-        output_len=max(2, round(statistics.median(measured["output_lens"]))),
-    )
+    wl, requests = replay_result(measured, where=str(path))
     model, extra = chip_model(info, chip, tp, **overrides)
-    sim = simulate(info, wl, "continuous", model, **extra["knobs"])
+    check_context(info, requests)
+    sim = simulate(info, wl, "continuous", model, requests=requests, **extra["knobs"])
     return compare(info.name, str(path), measured, sim.result)
