@@ -26,9 +26,13 @@ from explorer.serving.metrics import RequestRecord
 SAFETY_MARGIN = 0.15  # transformers' FIFOScheduler: free-block fraction under which prefills wait
 
 
-@dataclass
+@dataclass(eq=False)
 class SimRequest(RequestRecord):
-    """A request as the simulator follows it: the serving lab's record, plus the engine's state."""
+    """A request as the simulator follows it: the serving lab's record, plus the engine's state.
+    Compared by identity: `req in waiting` must not compare every field of thousands of requests."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     # continuous-batching state
     prefill_left: int = 0  # prompt (or recompute) tokens not yet in the cache

@@ -8,8 +8,9 @@ from explorer.serving.engines.continuous import check_kv_budget
 from explorer.serving.metrics import summarise
 from explorer.serving.run import ServingResult, _meta
 from explorer.serving.simulate.events import Simulator, to_records
-from explorer.serving.simulate.policy import SimRequest
-from explorer.serving.simulate.steptime import StepModel
+from explorer.serving.simulate.policy import SAFETY_MARGIN, SimRequest
+from explorer.serving.simulate.steptime import StepModel, one_at_a_time_rate
+from explorer.serving.steady import judge
 from explorer.serving.workload import Request, Workload
 
 ENGINE_DEFAULTS = {
@@ -65,6 +66,10 @@ def simulate(
     sim = Simulator(engine, knobs, shape_of(info), step_model, wl.max_concurrency if wl else None)
     iterations = sim.run(sim_reqs)
     records = to_records(sim_reqs)
+    result = summarise(records, goodput)
+    capacity = saturation_rate(info, step_model, engine, knobs, *mean_lengths(sim_reqs))
+    offered = wl.request_rate if wl and wl.arrival != "burst" and not wl.max_concurrency else None
+    result.update(judge(records, capacity, offered))
     meta = _meta(None, "complete", label or f"{engine} (simulated)")
     meta.update(
         model=info.name,
@@ -79,7 +84,7 @@ def simulate(
         workload=wl.to_dict() if wl else {"num_prompts": len(requests)},
         records=records,
         iterations=iterations,
-        result=summarise(records, goodput),
+        result=result,
         meta=meta,
     )
 
@@ -100,3 +105,43 @@ def simulation_assumptions(engine: str, step_model: StepModel) -> list[str]:
     else:
         out.insert(0, f"iteration time: {step_model.rule}")
     return out + list(step_model.assumptions)
+
+
+def mean_lengths(reqs) -> tuple[int, int]:
+    """The mean prompt and output lengths of a list of requests (rounded)."""
+    n = len(reqs)
+    return round(sum(r.input_len for r in reqs) / n), round(sum(r.max_tokens for r in reqs) / n)
+
+
+def saturation_rate(info, model: StepModel, engine: str, knobs: dict, input_len, output_len):
+    """The modelled service capacity (req/s) of `engine` for requests of these lengths: the
+    largest rate its step model drains, analytically (no run).
+
+    sequential  one request at a time: 1 / (its prefill + decodes + gaps)
+    static      full batches of max_batch: max_batch / (the batch's prefill + decodes + gaps)
+    continuous  a fluid steady state: N requests decoding, one token each per iteration, and the
+                N x input / (output - 1) prompt tokens per iteration that replace the requests
+                finishing (one prefill chunk); rate(N) = N / ((output - 1) x iteration seconds);
+                the capacity is the largest rate over N up to what the KV cache holds (blocks x
+                page x (1 - the scheduler's 15% margin) / (input + output / 2) tokens each) and
+                what max_batch_tokens and max_requests_per_batch allow."""
+    shape = shape_of(info)
+    i, o = max(1, int(input_len)), max(1, int(output_len))
+    if engine == "sequential" or o < 2:
+        return one_at_a_time_rate(info, model, i, o)
+    if engine == "static":
+        b = knobs["max_batch"]
+        s = model.seconds(shape, [[i, 0]] * b) + o * model.gap_s
+        s += sum(model.seconds(shape, [[1, i + k]] * b) for k in range(o - 1))
+        return b / s
+    kv = knobs["num_blocks"] * knobs["page_size"] * (1 - SAFETY_MARGIN) / (i + o / 2)
+    tokens = knobs["max_batch_tokens"] * (o - 1) / (o - 1 + i)
+    n_max = max(1, int(min(kv, tokens, knobs.get("max_requests_per_batch") or 1024)))
+    best, n = 0.0, 1
+    while True:
+        prefill = max(1, round(n * i / (o - 1)))
+        passes = [[1, i + o // 2]] * n + [[prefill, 0]]
+        best = max(best, n / ((o - 1) * (model.seconds(shape, passes) + model.gap_s)))
+        if n == n_max:
+            return best
+        n = min(n_max, max(n + 1, int(n * 1.25)))
