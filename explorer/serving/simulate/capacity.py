@@ -11,8 +11,10 @@ serving lab's result keys; goodput is vLLM's (requests meeting every SLO per sec
 
   - a rate is accepted only if its run is steady (the waiting queue does not trend up over the
     second half of the arrivals) and every SLO holds at p99, on a run long enough: the run is
-    doubled (from num_prompts requests, up to MAX_PROMPTS) until no SLO metric's p99 moves by
-    more than CONVERGE_TOL x its SLO (a slowly growing queue keeps moving them: never settled);
+    doubled (from max(num_prompts, MIN_PROMPTS) requests, up to MAX_PROMPTS) until two runs
+    agree: both refused, or both accepted with no SLO metric's p99 moved by more than
+    CONVERGE_TOL x its SLO (a slowly growing queue keeps moving them: never settled, refused);
+    so one short run decides nothing, except a hopeless one;
   - the rate is bisected (geometrically) between an accepted and a refused rate until they are
     within PRECISION of each other, starting from the modelled capacity (the step model's
     saturation rate, explorer.serving.simulate.run.saturation_rate): half of it and 1.25 x it.
@@ -25,8 +27,12 @@ from __future__ import annotations
 
 import random
 
+from explorer.costs.parts import shape_of
+from explorer.serving.simulate.policy import SAFETY_MARGIN
 from explorer.serving.simulate.run import saturation_rate, simulate
+from explorer.serving.simulate.steptime import iteration_work
 from explorer.serving.simulate.whatif import chip_model
+from explorer.serving.steady import GROWTH_LIMIT
 from explorer.serving.workload import Request, Workload
 
 KEYS = (
@@ -48,6 +54,8 @@ KEYS = (
 P99 = {"ttft": "p99_ttft_ms", "tpot": "p99_tpot_ms", "e2el": "p99_e2el_ms"}
 PRECISION = 0.02  # the bisection stops when refused / accepted rate <= 1.02
 CONVERGE_TOL = 0.05  # a run is long enough when doubling it moves each p99 by < 5% of its SLO
+MIN_PROMPTS = 200  # shorter runs span too few iterations to judge a trend or a p99
+HOPELESS = 10  # refused at once: queue growth > 10 x GROWTH_LIMIT (rho > 2), or p99 > 10 x SLO
 MAX_PROMPTS = 16_000  # the longest run (a rate that has not settled by then is refused)
 UTILIZATIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)  # the curve's rates / capacity
 
@@ -65,17 +73,21 @@ class Setup:
 
     def run(self, rate: float, n: int, slos: dict, seed: int = 1) -> dict:
         """One Poisson run of n requests at `rate`: the result keys, meets_slos, its length."""
+        res = self.simulated(rate, n, slos, seed)
+        row = {k: res.result.get(k) for k in KEYS}
+        row.update(request_rate=rate, num_prompts=n, meets_slos=meets(res.result, slos))
+        return row
+
+    def simulated(self, rate: float, n: int, slos: dict, seed: int = 1):
+        """The ServingResult of one Poisson run of n requests at `rate`."""
         if not rate > 0:
             raise ValueError(f"request rate must be > 0 requests/s, got {rate}")
-        wl = Workload(
-            n, "poisson", rate, input_len=self.lens[0], output_len=self.lens[1], seed=seed
-        )
+        i, o = self.lens
+        wl = Workload(n, "poisson", rate, input_len=i, output_len=o, seed=seed)
         arrivals = wl.arrival_times(random.Random(seed))
         # fixed lengths: the token ids are never read, so no prompt is drawn
-        reqs = [
-            Request(f"req-{i}", [1] * self.lens[0], self.lens[1], t) for i, t in enumerate(arrivals)
-        ]
-        res = simulate(
+        reqs = [Request(f"req-{k}", [1] * i, o, t) for k, t in enumerate(arrivals)]
+        return simulate(
             self.info,
             wl,
             "continuous",
@@ -84,9 +96,28 @@ class Setup:
             requests=reqs,
             **self.knobs,
         )
-        row = {k: res.result.get(k) for k in KEYS}
-        row.update(request_rate=rate, num_prompts=n, meets_slos=meets(res.result, slos))
-        return row
+
+    def binding(self, res) -> dict:
+        """What limits a run: the share of its busy time in compute-bound iterations (FLOPs over
+        the chip's FLOP/s x efficiency longer than bytes over bandwidth x efficiency), the KV
+        cache's peak use, and a one-line verdict."""
+        shape, m, busy, compute = shape_of(self.info), self.model, 0.0, 0.0
+        for it in res.iterations:
+            w = iteration_work(shape, it.passes)
+            seconds = it.end_s - it.start_s
+            busy += seconds
+            flops_s = w["flops"] / (m.tflops * 1e12 * m.settings["flop_efficiency"])
+            bytes_s = w["bytes"] / (m.bandwidth_gbps * 1e9 * m.settings["bw_efficiency"])
+            compute += seconds if flops_s > bytes_s else 0.0
+        kv = max((it.kv_blocks_used or 0) / it.kv_blocks_total for it in res.iterations)
+        share = compute / busy if busy else 0.0
+        if kv >= 1 - SAFETY_MARGIN:
+            verdict = "the KV cache (its blocks run out before the chip's FLOPs or bandwidth)"
+        elif share >= 0.5:
+            verdict = "FLOPs (most busy time is in compute-bound, prefill-heavy iterations)"
+        else:
+            verdict = "memory bandwidth (most busy time is in decode steps reading weights and KV)"
+        return {"compute_bound_share": share, "kv_peak_share": kv, "verdict": verdict}
 
 
 def meets(result: dict, slos: dict) -> bool:
@@ -103,18 +134,22 @@ def _settled(a: dict, b: dict, slos: dict) -> bool:
 
 
 def judged_point(setup: Setup, rate: float, num_prompts: int, slos: dict) -> dict:
-    """The run at `rate`, doubled until its p99s settle: `accepted` when it is steady, meets
-    every SLO and settled; a run that is unstable or over an SLO by more than CONVERGE_TOL is
-    refused at once."""
-    prev, n = None, num_prompts
+    """The run at `rate`, doubled until two runs (n and 2n requests) agree: both refused
+    (unstable or over an SLO), or both accepted (steady, every SLO met) with their p99s settled.
+    Refused at once only when hopeless (the queue keeps HOPELESS x GROWTH_LIMIT of the arrivals,
+    or a p99 is over HOPELESS x its SLO), and when MAX_PROMPTS requests have not settled."""
+    prev, n = None, max(num_prompts, MIN_PROMPTS)
     while True:
         row = setup.run(rate, n, slos)
-        clearly_over = any((row.get(P99[k]) or 0) > v * (1 + CONVERGE_TOL) for k, v in slos.items())
-        settled = prev is not None and _settled(prev, row, slos)
-        if row["steady"] is False or clearly_over or settled or 2 * n > MAX_PROMPTS:
-            row["settled"] = settled
-            row["accepted"] = bool(row["steady"] and row["meets_slos"] and settled)
+        ok = bool(row["steady"] and row["meets_slos"])
+        hopeless = (row["queue_growth"] or 0) > HOPELESS * GROWTH_LIMIT or any(
+            (row.get(P99[k]) or 0) > HOPELESS * v for k, v in slos.items()
+        )
+        agree = prev is not None and prev["ok"] == ok and (not ok or _settled(prev, row, slos))
+        if hopeless or agree or 2 * n > MAX_PROMPTS:
+            row.update(ok=ok, settled=agree, accepted=ok and agree)
             return row
+        row["ok"] = ok
         prev, n = row, 2 * n
 
 
@@ -134,8 +169,8 @@ def capacity(
     capacity, every probe, and the assumptions."""
     if not slos:
         raise ValueError("the capacity search needs at least one SLO, e.g. ttft:500 tpot:50")
-    if not isinstance(num_prompts, int) or num_prompts < 20:
-        raise ValueError(f"num_prompts must be a whole number >= 20, got {num_prompts!r}")
+    if not isinstance(num_prompts, int) or num_prompts < 1:
+        raise ValueError(f"num_prompts must be a whole number >= 1, got {num_prompts!r}")
     setup = Setup(info, chip, tp, input_len, output_len, **overrides)
     probes: list[dict] = []
 
@@ -161,10 +196,15 @@ def capacity(
 
 
 def _answer(setup: Setup, chip: str, best: dict | None, probes: list[dict], slos: dict) -> dict:
+    binding = None
+    if best is not None:  # the accepted run again, for what limits it
+        res = setup.simulated(best["request_rate"], best["num_prompts"], slos)
+        binding = setup.binding(res)
     out = {
         "largest_rate": best["request_rate"] if best else None,
         **{k: (best or {}).get(k) for k in KEYS if k != "request_rate"},
         "num_prompts": (best or {}).get("num_prompts"),
+        "binding": binding,
         "capacity_rps_modelled": setup.capacity,
         "slos_ms": dict(slos),
         "precision": PRECISION,

@@ -119,12 +119,13 @@ def saturation_rate(info, model: StepModel, engine: str, knobs: dict, input_len,
 
     sequential  one request at a time: 1 / (its prefill + decodes + gaps)
     static      full batches of max_batch: max_batch / (the batch's prefill + decodes + gaps)
-    continuous  a fluid steady state: N requests decoding, one token each per iteration, and the
-                N x input / (output - 1) prompt tokens per iteration that replace the requests
-                finishing (one prefill chunk); rate(N) = N / ((output - 1) x iteration seconds);
-                the capacity is the largest rate over N up to what the KV cache holds (blocks x
-                page x (1 - the scheduler's 15% margin) / (input + output / 2) tokens each) and
-                what max_batch_tokens and max_requests_per_batch allow."""
+    continuous  a fluid steady state: each iteration admits k prompts (their prefill, input
+                tokens each) while k x (output - 1) requests decode one token each, so k requests
+                finish per iteration: rate(k) = k / iteration seconds; the capacity is the
+                largest rate over k up to what the KV cache holds (blocks x page x (1 - the
+                scheduler's 15% margin) / (input + output / 2) tokens per request), what
+                max_batch_tokens and max_requests_per_batch allow (fewer than one prompt per
+                iteration: one prompt's iteration every (output - 1) / decoding ones)."""
     shape = shape_of(info)
     i, o = max(1, int(input_len)), max(1, int(output_len))
     if engine == "sequential" or o < 2:
@@ -135,13 +136,20 @@ def saturation_rate(info, model: StepModel, engine: str, knobs: dict, input_len,
         s += sum(model.seconds(shape, [[1, i + k]] * b) for k in range(o - 1))
         return b / s
     kv = knobs["num_blocks"] * knobs["page_size"] * (1 - SAFETY_MARGIN) / (i + o / 2)
-    tokens = knobs["max_batch_tokens"] * (o - 1) / (o - 1 + i)
-    n_max = max(1, int(min(kv, tokens, knobs.get("max_requests_per_batch") or 1024)))
-    best, n = 0.0, 1
+    rows = min(kv, knobs.get("max_requests_per_batch") or 1024)  # decoding requests at most
+    k_max = min(rows / (o - 1), knobs["max_batch_tokens"] / (o - 1 + i))
+
+    def seconds(decoding: int, prompts: int) -> float:
+        passes = [[1, i + o // 2]] * decoding + [[i, 0]] * prompts
+        return model.seconds(shape, passes) + model.gap_s
+
+    if k_max < 1:  # one prompt every (o - 1) / n iterations among n decoding requests
+        n = max(1, int(rows))
+        t = seconds(n, 0) + (seconds(n, 1) - seconds(n, 0)) * n / (o - 1)
+        return n / ((o - 1) * t)
+    best, k = 0.0, 1
     while True:
-        prefill = max(1, round(n * i / (o - 1)))
-        passes = [[1, i + o // 2]] * n + [[prefill, 0]]
-        best = max(best, n / ((o - 1) * (model.seconds(shape, passes) + model.gap_s)))
-        if n == n_max:
+        best = max(best, k / seconds(k * (o - 1), k))
+        if k >= int(k_max):
             return best
-        n = min(n_max, max(n + 1, int(n * 1.25)))
+        k = min(int(k_max), max(k + 1, int(k * 1.25)))
