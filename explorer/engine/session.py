@@ -193,6 +193,11 @@ class Session:
         return self.stop_reason is not None
 
     @property
+    def eos_ids(self) -> frozenset[int]:
+        """The model's end-of-text token ids (a row that produces one has ended)."""
+        return frozenset(self._eos)
+
+    @property
     def tokens(self) -> list[int]:
         """Row 0's generated token ids so far."""
         return self._ids[0, self.prompt_len :].tolist()

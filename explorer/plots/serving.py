@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 
 from explorer.plots.common import _layout, _style_axes
 from explorer.plots.sweeps import _col, sweep_plot
+from explorer.serving.engines import names as engine_names
 
 PHASES = {"queue": "#c7c7c7", "prefill": "#ff7f0e", "decode": "#1f77b4"}
 ENGINE_COLORS = {
@@ -27,6 +28,14 @@ ENGINE_COLORS = {
     "http": "#9467bd",
     "simulated": "#d62728",
 }
+SPARE_COLORS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf")  # engines without a colour above
+
+
+def engine_color(engine: str | None) -> str | None:
+    """An engine's colour (a newly registered engine gets a spare one)."""
+    if engine in ENGINE_COLORS or engine not in engine_names():
+        return ENGINE_COLORS.get(engine)
+    return SPARE_COLORS[engine_names().index(engine) % len(SPARE_COLORS)]
 
 
 def _kind(res) -> str:
@@ -172,7 +181,7 @@ def cdf_figure(results) -> go.Figure:
     results = results if isinstance(results, (list, tuple)) else [results]
     fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT", "TPOT", "E2E latency"))
     for k, res in enumerate(results):
-        color = ENGINE_COLORS.get(res.engine.get("engine"), None)
+        color = engine_color(res.engine.get("engine"))
         dash = "dot" if res.meta.get("modelled") else None
         for col, name in enumerate(("ttft", "tpot", "e2el"), start=1):
             vals = np.sort(
@@ -270,7 +279,7 @@ def pareto_figure(df) -> go.Figure:
                 mode="markers+text",
                 text=[f"{v:g}" for v in g["value"]],
                 textposition="top center",
-                marker=dict(size=9, color=ENGINE_COLORS.get(engine)),
+                marker=dict(size=9, color=engine_color(engine)),
             )
         )
     front = df[df["pareto"]].sort_values("tok_s_per_user")
@@ -348,7 +357,7 @@ def _capacity_label(row: dict) -> str:
 
 # --- the serving sweep's chart (explorer.sweeps.serving) -----------------------------------------
 
-_SWEEP_ENGINES = ("sequential", "static", "continuous")
+_SWEEP_ENGINES = engine_names(local_only=True)  # the engines the serving sweep runs
 OFFERED = "offered load (modelled: rate x output tokens)"
 
 
@@ -394,7 +403,7 @@ def _serving_figure() -> go.Figure:
         rows=1, cols=2, subplot_titles=("output throughput", "TTFT (p50 solid, p99 dotted)")
     )
     for e in _SWEEP_ENGINES:
-        c = ENGINE_COLORS[e]
+        c = engine_color(e)
         fig.add_trace(
             go.Scatter(
                 name=f"{e}: output tok/s (measured)",

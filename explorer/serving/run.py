@@ -132,7 +132,7 @@ def serve(
         records=recs,
         iterations=iterations,
         result=summarise(recs, goodput),
-        meta=_meta(lm, status, label or eng.describe()["engine"]),
+        meta=run_meta(lm, status, label or eng.describe()["engine"]),
     )
 
 
@@ -150,7 +150,8 @@ def _linked(outer: threading.Event | None) -> threading.Event:
     return inner
 
 
-def _meta(lm, status: str, label: str) -> dict:
+def run_meta(lm, status: str, label: str) -> dict:
+    """The meta of a result: date, status and label, and the model, device and dtype of lm."""
     out = {
         "date": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
         "status": status,

@@ -22,64 +22,72 @@ timestamps (record_timestamps=True, perf_counter after each token) -> token_s, l
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from explorer.serving.engines import Iteration, check_lengths, register
+from explorer.engine.settings import setting
+from explorer.serving.engines import Engine, Iteration, Knobs, check_lengths, register
 
 TESTED = "5.25"  # the transformers minor version whose internals the recording reads
 
+
 # Defaults sized for a laptop; transformers' own defaults size the cache from free memory (on a
 # CPU: most of RAM, which made the run 3x slower here) and warm up for CUDA graphs first.
-DEFAULTS = {"num_blocks": 256, "page_size": 32, "max_batch_tokens": 256}
-SCHEDULERS = ("fifo", "prefill_first")
+@dataclass
+class ContinuousKnobs(Knobs):
+    batch_knob, kv_knob = "max_requests_per_batch", "num_blocks"
+
+    num_blocks: int = setting(256, "KV blocks", "paged KV cache size in blocks (the budget)", low=1)
+    page_size: int = setting(32, "block tokens", "tokens per KV block", low=4, high=4096)
+    max_batch_tokens: int = setting(
+        256, "batch tokens", "query tokens per iteration (the prefill chunk limit)", low=1
+    )
+    max_requests_per_batch: int | None = setting(
+        None,
+        "max requests",
+        "requests per iteration (None: no limit but the tokens)",
+        kind=int,
+        low=1,
+        optional=True,
+    )
+    scheduler: str = setting(
+        "fifo",
+        "scheduler",
+        "fifo, or prefill_first (prompts before decodes)",
+        choices=("fifo", "prefill_first"),
+    )
+
+    @property
+    def kv_budget(self) -> int:
+        """KV slots in the cache (blocks x tokens per block)."""
+        return self.num_blocks * self.page_size
 
 
-@register("continuous")
-class Continuous:
+@register("continuous", ContinuousKnobs, order=30)
+class Continuous(Engine):
+    knobs: ContinuousKnobs
+
     def __init__(
         self,
         lm,
-        num_blocks: int = DEFAULTS["num_blocks"],
-        page_size: int = DEFAULTS["page_size"],
-        max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
-        max_requests_per_batch: int | None = None,
-        scheduler: str = "fifo",
-        warmup: bool = False,
+        knobs: ContinuousKnobs,
+        *,
         ignore_eos: bool = True,
         record: bool = True,
+        warmup: bool = False,
     ):
-        if lm is None:
-            raise ValueError("the continuous engine needs a loaded model")
-        for name, v, low in (
-            ("num_blocks", num_blocks, 1),
-            ("page_size", page_size, 4),
-            ("max_batch_tokens", max_batch_tokens, 1),
-        ):
-            if not isinstance(v, int) or v < low:
-                raise ValueError(
-                    f"continuous engine: {name} must be a whole number >= {low}, got {v!r}"
-                )
-        if max_requests_per_batch is not None and max_requests_per_batch < 1:
-            raise ValueError("continuous engine: max_requests_per_batch must be >= 1")
-        if scheduler not in SCHEDULERS:
-            raise ValueError(f"continuous engine: scheduler must be one of {', '.join(SCHEDULERS)}")
-        self.lm = lm
-        self.knobs = {
-            "num_blocks": num_blocks,
-            "page_size": page_size,
-            "max_batch_tokens": max_batch_tokens,
-            "max_requests_per_batch": max_requests_per_batch,
-            "scheduler": scheduler,
-        }
-        self.warmup, self.ignore_eos, self.record = warmup, ignore_eos, record
+        """record: time every iteration (off only to measure what recording costs); warmup: run
+        transformers' warm-up (CUDA graphs) before the requests."""
+        super().__init__(lm, knobs, ignore_eos=ignore_eos)
+        self.record, self.warmup = record, warmup
 
     def describe(self) -> dict:
         import transformers
 
-        return {"engine": "continuous", **self.knobs, "transformers": transformers.__version__}
+        return {**super().describe(), "transformers": transformers.__version__}
 
     def check(self, requests) -> None:
         check_lengths(self.lm, requests)
-        check_kv_budget(requests, self.knobs["num_blocks"], self.knobs["page_size"])
+        check_kv_budget(requests, self.knobs)
 
     # --- the run ---------------------------------------------------------------------------------
 
@@ -90,11 +98,11 @@ class Continuous:
 
         k = self.knobs
         cfg = ContinuousBatchingConfig(
-            num_blocks=k["num_blocks"],
-            page_size=k["page_size"],
-            max_batch_tokens=k["max_batch_tokens"],
-            max_requests_per_batch=k["max_requests_per_batch"],
-            scheduler_type=k["scheduler"],
+            num_blocks=k.num_blocks,
+            page_size=k.page_size,
+            max_batch_tokens=k.max_batch_tokens,
+            max_requests_per_batch=k.max_requests_per_batch,
+            scheduler_type=k.scheduler,
         )
         eos = -1 if self.ignore_eos else self.lm.model.config.eos_token_id
         gen = GenerationConfig(do_sample=False, eos_token_id=eos, max_new_tokens=32)
@@ -160,16 +168,16 @@ class Continuous:
                 rec.error = "stopped before it finished"
 
 
-def check_kv_budget(requests, num_blocks: int, page_size: int) -> None:
+def check_kv_budget(requests, knobs: ContinuousKnobs) -> None:
     """A request that can never fit the paged KV budget (also the simulator's check)."""
-    budget = num_blocks * page_size
+    budget = knobs.kv_budget
     for r in requests:
         need = len(r.prompt_ids) + r.max_tokens
         if need > budget:
             raise ValueError(
                 f"request {r.id} needs {need} KV slots ({len(r.prompt_ids)} prompt + "
                 f"{r.max_tokens} new) but the KV budget holds {budget} "
-                f"({num_blocks} blocks x {page_size} tokens)"
+                f"({knobs.num_blocks} blocks x {knobs.page_size} tokens)"
             )
 
 
@@ -192,40 +200,40 @@ class _Recorder:
     def __init__(self, mgr, feeder, iterations: list):
         self.mgr, self.feeder, self.iterations = mgr, feeder, iterations
         self.preempted = 0
-        self._bp = None
+        self._processor = None
 
     def attach(self) -> None:
         step = self.mgr._generation_step
 
         def recorded_step():
-            bp = self.mgr.batch_processor
-            if bp is not self._bp:
-                self._watch(bp)
-            batch = list(bp.inputs_and_outputs.requests_in_batch)
+            processor = self.mgr.batch_processor
+            if processor is not self._processor:
+                self._watch(processor)
+            batch = list(processor.inputs_and_outputs.requests_in_batch)
             t0 = time.perf_counter()
             step()
             t1 = time.perf_counter()
-            self._note(bp, batch, t0, t1)
+            self._note(processor, batch, t0, t1)
 
         self.mgr._generation_step = recorded_step
 
-    def _watch(self, bp) -> None:
+    def _watch(self, processor) -> None:
         """Count evictions: offload_requests() removes requests from the active set."""
-        self._bp = bp
-        offload = bp.offloading_manager.offload_requests
+        self._processor = processor
+        offload = processor.offloading_manager.offload_requests
 
         def counted():
-            before = len(bp.scheduler.active_requests)
+            before = len(processor.scheduler.active_requests)
             done = offload()
-            self.preempted += max(0, before - len(bp.scheduler.active_requests))
+            self.preempted += max(0, before - len(processor.scheduler.active_requests))
             return done
 
-        bp.offloading_manager.offload_requests = counted
+        processor.offloading_manager.offload_requests = counted
 
-    def _note(self, bp, batch, t0: float, t1: float) -> None:
+    def _note(self, processor, batch, t0: float, t1: float) -> None:
         q = [f.query_length for f in batch]
         decode = sum(1 for f in batch if f.query_length == 1 and f.state.generated_len() > 0)
-        cache = bp.cache
+        cache = processor.cache
         t = self.feeder.t0
         self.iterations.append(
             Iteration(
@@ -236,7 +244,7 @@ class _Recorder:
                 prefill_requests=len(batch) - decode,
                 prefill_tokens=sum(q) - decode,
                 batch_tokens=sum(q),
-                waiting=len(bp.scheduler.waiting_requests),
+                waiting=len(processor.scheduler.waiting_requests),
                 kv_blocks_used=round(cache.num_blocks * (1 - cache.compute_free_capacity())),
                 kv_blocks_total=cache.num_blocks,
                 preempted=self.preempted,
@@ -247,10 +255,10 @@ class _Recorder:
         self.preempted = 0
 
 
-def plain_throughput(lm, requests, **knobs) -> dict:
+def plain_throughput(lm, requests, knobs: ContinuousKnobs) -> dict:
     """The same requests (all at once) through plain model.generate_batch(), with no recording:
     the reference for what our per-iteration recording costs. Output tokens per second."""
-    eng = Continuous(lm, **knobs)
+    eng = Continuous(lm, knobs)
     gen, cfg = eng.configs()
     lm.model.destroy_cached_continuous_batching_manager()
     n = max(r.max_tokens for r in requests)

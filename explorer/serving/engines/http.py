@@ -17,44 +17,56 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 
-from explorer.serving.engines import register
-
-ENDPOINTS = ("completions", "chat")
+from explorer.engine.settings import setting
+from explorer.serving.engines import Engine, Knobs, register
 
 
 class ServerError(ValueError):
     """The server cannot be used (not running, wrong URL, unknown model)."""
 
 
-@register("http")
-class Http:
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000",
-        served_model: str | None = None,
-        endpoint: str = "completions",
-        ignore_eos: bool = True,
-        timeout_s: float = 600.0,
-        lm=None,
-    ):
-        if endpoint not in ENDPOINTS:
-            raise ValueError(f"http engine: endpoint must be one of {', '.join(ENDPOINTS)}")
-        if not base_url.startswith(("http://", "https://")):
+@dataclass
+class HttpKnobs(Knobs):
+    base_url: str = setting("http://127.0.0.1:8000", "base URL", "the server (http:// or https://)")
+    served_model: str | None = setting(
+        None, "served model", "the model name it serves (None: its first)", kind=str, optional=True
+    )
+    endpoint: str = setting(
+        "completions",
+        "endpoint",
+        "/v1/completions or /v1/chat/completions",
+        choices=("completions", "chat"),
+    )
+    timeout_s: float = setting(600.0, "timeout (s)", "per request", low=0, low_open=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(
-                f"http engine: the base URL must start with http:// or https://, got {base_url!r}"
+                f"http engine: the base URL must start with http:// or https://, got "
+                f"{self.base_url!r}"
             )
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
-        self.served_model, self.endpoint = served_model, endpoint
-        self.ignore_eos, self.timeout_s, self.lm = ignore_eos, timeout_s, lm
+
+
+@register("http", HttpKnobs, order=40)
+class Http(Engine):
+    local = False  # a server elsewhere; a local model only cuts the text prompts
+    knobs: HttpKnobs
+
+    def __init__(self, lm, knobs: HttpKnobs, *, ignore_eos: bool = True):
+        super().__init__(lm, knobs, ignore_eos=ignore_eos)
+        self.base_url = knobs.base_url.rstrip("/").removesuffix("/v1")
+        self.served_model = knobs.served_model  # the server's first model if None, after check()
+        self.endpoint, self.timeout_s = knobs.endpoint, knobs.timeout_s
         self.eos_style = None  # "ignore_eos" | "min_new_tokens", found by the probe
 
     def describe(self) -> dict:
         return {
-            "engine": "http",
+            **super().describe(),
             "base_url": self.base_url,
             "served_model": self.served_model,
-            "endpoint": self.endpoint,
             "ignore_eos_style": self.eos_style,
         }
 
