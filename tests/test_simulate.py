@@ -209,6 +209,7 @@ def test_cli_simulate_on_paper_prints_modelled_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["modelled"] is True and any("H100" in a for a in out["assumptions"])
     assert out["completed"] == 40 and out["median_tpot_ms"] > 0
+    assert out["steady"] is True and 0 < out["utilization"] < 1  # every result says both
     assert main(["simulate", "--hardware", "nope", "--json"]) != 0
     assert "unknown chip" in capsys.readouterr().err
 
@@ -218,3 +219,61 @@ def test_step_model_round_trips():
     assert StepModel.from_dict(json.loads(json.dumps(m.to_dict()))) == m
     w = iteration_work(shape_of(arch_info("smollm2-135m")), [[1, 10], [5, 0]])
     assert w["requests"] == 2 and w["tokens"] == 6 and w["mask"] == 6 * 16
+
+
+# --- steady state and the capacity search (a cheap setup: a 135M shape on an L4, short requests)
+
+CHEAP = dict(input_len=256, output_len=16, slos={"ttft": 200, "tpot": 20})
+
+
+def test_the_largest_rate_does_not_depend_on_the_run_length():
+    """1x, 2x and 10x the starting requests: the largest rate moves < 5% (each probe's run is
+    doubled until its p99s settle, so the starting length decides nothing)."""
+    from explorer.serving.simulate.capacity import PRECISION, capacity
+
+    info = arch_info("smollm2-135m", "bfloat16")
+    got = {n: capacity(info, "l4", num_prompts=n, **CHEAP) for n in (200, 400, 2000)}
+    rates = {n: a["largest_rate"] for n, a in got.items()}
+    assert all(r is not None for r in rates.values()), rates
+    assert max(rates.values()) / min(rates.values()) < 1.05, rates
+    for a in got.values():
+        assert a["steady"] is True and a["p99_ttft_ms"] <= 200 and a["p99_tpot_ms"] <= 20
+        refused = [p["request_rate"] for p in a["probes"] if not p["accepted"]]
+        assert min(r for r in refused if r > a["largest_rate"]) / a["largest_rate"] <= (
+            1 + PRECISION
+        ) * (1 + 1e-9), "bisected to within 2%"
+
+
+def test_cli_simulate_capacity_prints_the_answer_and_refuses_bad_input(capsys):
+    from explorer.cli import main
+
+    flags = ["simulate", "--model", "arch:smollm2-135m", "--hardware", "l4", "--input-len", "256"]
+    flags += ["--output-len", "16"]
+    rc = main([*flags, "--capacity", "--goodput", "ttft:200", "tpot:20", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("largest_rate", "output_throughput", "p99_ttft_ms", "p99_tpot_ms", "utilization"):
+        assert out[key] > 0, key
+    assert out["steady"] is True and out["request_goodput"] > 0 and out["modelled"] is True
+    assert out["cost_per_million_output_tokens_usd"] > 0
+    assert main([*flags, "--capacity", "--goodput", "ttfb:200", "--json"]) != 0
+    err = capsys.readouterr().err
+    assert "unknown SLO 'ttfb'" in err and "ttft, tpot, e2el" in err and len(err.splitlines()) == 1
+    assert main([*flags, "--capacity", "--json"]) != 0
+    assert "needs --goodput" in capsys.readouterr().err
+    assert main([*flags, "--request-rate", "0", "--json"]) != 0
+    err = capsys.readouterr().err
+    assert "rate must be > 0" in err and len(err.splitlines()) == 1
+
+
+def test_a_short_run_past_the_modelled_capacity_says_unstable():
+    """The issue's trap: 200 requests at 1.2 x capacity looked healthy; now they say unstable."""
+    from explorer.serving.simulate.run import saturation_rate
+
+    info = arch_info("smollm2-135m", "bfloat16")
+    model, extra = chip_model(info, "l4")
+    mu = saturation_rate(info, model, "continuous", extra["knobs"], 256, 16)
+    wl = Workload(200, "poisson", 1.6 * mu, input_len=256, output_len=16, seed=1)
+    r = simulate(info, wl, "continuous", model, **extra["knobs"]).result
+    assert r["steady"] is False and r["utilization"] == pytest.approx(1.6)
+    assert r["stability"].startswith(f"unstable: arrivals exceed the modelled capacity of {mu:.3g}")

@@ -1,6 +1,8 @@
 """explorer simulate: predict a serving run (this machine, fitted; or a known chip, on paper).
 
     explorer simulate --model arch:llama-3.1-8b --hardware h100 --tp 2 --request-rate 20 --json
+    explorer simulate --capacity --goodput ttft:500 tpot:50 --hardware h100 --input-len 512 \
+        --output-len 128 --json                  # the largest steady rate meeting the SLOs
     explorer simulate --validate                 # measured vs simulated on held-out workloads
     explorer bench simulate --validate --json    # the same, under bench
     explorer bench simulate --published          # the what-if against published GPU runs
@@ -46,6 +48,16 @@ def add_simulate(sub, name: str) -> None:
         "--goodput", nargs="+", default=None, metavar="SLO", help="e.g. ttft:500 tpot:50"
     )
     add_knob_flags(p, modelled())
+    p.add_argument(
+        "--capacity",
+        action="store_true",
+        help="the largest Poisson rate that is steady and meets every --goodput SLO at p99 "
+        "(bisected to 2%%; runs from max(--num-prompts, 200) requests, doubled until the p99s "
+        "settle); --hardware (default h100)",
+    )
+    p.add_argument(
+        "--gpu-hour-usd", type=float, default=2.5, help="--capacity: price per GPU-hour (USD)"
+    )
     p.add_argument(
         "--bw-efficiency", type=float, default=None, help="--hardware: share of peak bandwidth"
     )
@@ -100,6 +112,8 @@ def run(args) -> int:
         return _validate(args)
     if args.published:
         return _published(args)
+    if args.capacity:
+        return _capacity(args)
     from explorer.cli.serving import check_unused_knob_flags, knobs_of, workload_of
     from explorer.serving import format_summary, parse_goodput
     from explorer.serving.simulate import simulate
@@ -127,6 +141,7 @@ def run(args) -> int:
         print_json({**out, "error_vs_measured": rows} if rows is not None else out)
         return 0
     print(format_summary(res))
+    print(res.result["stability"])
     print("modelled, with these assumptions:")
     for a in res.meta["assumptions"]:
         print(f"  - {a}")
@@ -153,6 +168,73 @@ def _print_published_summary() -> None:
         print(summary_text(s))
 
 
+CAPACITY_KEYS = (
+    "largest_rate",
+    "output_throughput",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+    "utilization",
+    "steady",
+    "request_goodput",
+    "cost_per_million_output_tokens_usd",
+    "capacity_rps_modelled",
+)
+
+
+def _capacity(args) -> int:
+    """--capacity: the search of explorer.serving.simulate.capacity, one answer."""
+    from explorer.serving import parse_goodput
+    from explorer.serving.metrics import SLO_NAMES
+    from explorer.serving.simulate.capacity import capacity, cost_per_million
+
+    slos = parse_goodput(args.goodput)
+    if not slos:
+        raise ValueError(f"--capacity needs --goodput SLOs ({', '.join(SLO_NAMES)}), e.g. ttft:500")
+    if not args.gpu_hour_usd > 0:
+        raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
+    args.hardware = args.hardware or "h100"
+    info, model, _, _ = _step_model(args)
+    ans = capacity(
+        info,
+        args.hardware,
+        tp=args.tp,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        slos=slos,
+        num_prompts=max(args.num_prompts, 200),
+        **_overrides(args),
+    )
+    best = ans["largest_rate"] is not None
+    ans["gpu_hour_usd"] = args.gpu_hour_usd
+    ans["cost_per_million_output_tokens_usd"] = (
+        cost_per_million(ans, args.tp, args.gpu_hour_usd) if best else None
+    )
+    if args.json:
+        print_json(ans)
+        return 0
+    if not best:
+        print("not even the lowest rate tried is steady and meets the SLOs (modelled)")
+    for k in CAPACITY_KEYS:
+        print(f"{k:>36}: {ans[k]}")
+    print("modelled, with these assumptions:")
+    for a in ans["assumptions"]:
+        print(f"  - {a}")
+    return 0
+
+
+def _overrides(args) -> dict:
+    """The what-if settings given on the command line."""
+    pairs = (
+        ("bw_efficiency", args.bw_efficiency),
+        ("flop_efficiency", args.flop_efficiency),
+        (
+            "iteration_overhead_s",
+            None if args.iteration_overhead_ms is None else args.iteration_overhead_ms / 1e3,
+        ),
+    )
+    return {k: v for k, v in pairs if v is not None}
+
+
 def _step_model(args):
     """(ModelInfo, step model, engine knobs, the loaded model or None)."""
     from explorer.model.loader import arch_info, load
@@ -168,24 +250,10 @@ def _step_model(args):
         dtype = chip_dtype(args.dtype or "bfloat16")
         built = "bfloat16" if dtype == "fp8" else dtype  # fp8: the what-if sets the bytes
         info = arch_info(name, built) if name.startswith("arch:") else load(name, dtype=built).info
-        overrides = {
-            k: v
-            for k, v in (
-                ("bw_efficiency", args.bw_efficiency),
-                ("flop_efficiency", args.flop_efficiency),
-                (
-                    "iteration_overhead_s",
-                    None
-                    if args.iteration_overhead_ms is None
-                    else args.iteration_overhead_ms / 1e3,
-                ),
-            )
-            if v is not None
-        }
-        model, extra = chip_model(
-            info, args.hardware, args.tp, dtype=dtype, kv_dtype=args.kv_dtype, **overrides
+        model, paper = chip_model(
+            info, args.hardware, args.tp, dtype=dtype, kv_dtype=args.kv_dtype, **_overrides(args)
         )
-        return info, model, extra["knobs"], None
+        return info, model, paper["knobs"], None
     if args.tp != 1:
         raise ValueError("--tp needs --hardware (this machine is one device)")
     if args.kv_dtype:

@@ -314,12 +314,17 @@ def pareto_figure(df) -> go.Figure:
 def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "") -> go.Figure:
     """p99 TTFT and p99 TPOT against output tok/s, one point per request rate (simulated rows
     of explorer.serving.simulate.capacity.curve); the SLOs as dashed lines; points that meet
-    every SLO filled."""
+    every SLO filled, unstable ones (past saturation: the queue grows) as crosses; each point's
+    utilization (offered rate / modelled capacity) beside it and in its hover."""
     slos = slos or {}
     fig = make_subplots(rows=1, cols=2, subplot_titles=("p99 TTFT (ms)", "p99 TPOT (ms)"))
     x = [r["output_throughput"] for r in rows]
     ok = [r["meets_slos"] for r in rows]
-    text = [f"{r['request_rate']:.3g} req/s" for r in rows]
+    text = [_capacity_label(r) for r in rows]
+    symbols = [
+        "x" if r.get("steady") is False else ("circle" if o else "circle-open")
+        for r, o in zip(rows, ok)
+    ]
     for col, key, slo in ((1, "p99_ttft_ms", "ttft"), (2, "p99_tpot_ms", "tpot")):
         fig.add_trace(
             go.Scatter(
@@ -327,13 +332,13 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
                 x=x,
                 y=[r[key] for r in rows],
                 text=text,
-                mode="lines+markers",
-                marker=dict(
-                    size=9,
-                    symbol=["circle" if o else "circle-open" for o in ok],
-                    color=ENGINE_COLORS["simulated"],
-                ),
-                hovertemplate="%{text}<br>%{x:.0f} tok/s<br>%{y:.1f} ms<extra></extra>",
+                mode="lines+markers+text",
+                textposition="top center",
+                textfont=dict(size=9),
+                marker=dict(size=9, symbol=symbols, color=ENGINE_COLORS["simulated"]),
+                customdata=[[r["request_rate"], r.get("stability") or ""] for r in rows],
+                hovertemplate="%{customdata[0]:.3g} req/s (utilization %{text})<br>%{x:.0f} "
+                "tok/s<br>%{y:.1f} ms<br>%{customdata[1]}<extra></extra>",
                 showlegend=False,
             ),
             row=1,
@@ -344,7 +349,7 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
     head = rows[0] if rows else {}
     label = title or (
         f"{head.get('model', '?')} on {head.get('tp', 1)} x {head.get('chip', '?')}: latency vs "
-        "throughput (modelled; filled points meet every SLO at p99)"
+        "throughput (modelled; filled: every SLO met at p99; x: unstable; labels: utilization)"
     )
     fig.update_layout(**_layout(title=label, height=380))
     fig.update_xaxes(title_text="output tokens/s (modelled)", type="log")
@@ -378,6 +383,12 @@ def _slo_line(fig: go.Figure, col: int, ms: float) -> None:
         yanchor="bottom",
         showarrow=False,
     )
+
+
+def _capacity_label(row: dict) -> str:
+    """'0.9 x' (utilization = rate / modelled capacity) or the rate when there is none."""
+    u = row.get("utilization")
+    return f"{u:.2f}x" if u is not None else f"{row['request_rate']:.3g} req/s"
 
 
 # --- the serving sweep's chart (explorer.sweeps.serving) -----------------------------------------

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.serving.steady import judge
+
 METRICS = ("ttft", "tpot", "itl", "e2el")
 PERCENTILES = (90, 99)
 SLO_NAMES = ("ttft", "tpot", "e2el")
@@ -145,6 +147,7 @@ def summarise(records: list[RequestRecord], goodput: dict[str, float] | None = N
     )
     if goodput:
         result["goodput_slos_ms"] = dict(goodput)
+    result.update(judge(records))  # steady or not (explorer.serving.steady); no modelled capacity
     return result
 
 

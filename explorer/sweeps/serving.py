@@ -10,6 +10,12 @@
 Knee (rate sweeps): the highest rate before median TTFT first exceeds twice its value at the
 lightest rate -- past it, requests queue faster than the engine drains them. No knee is marked
 when TTFT never doubles within the rates swept.
+
+Steady (rate sweeps): each measured point is judged by the same trend test as a simulated run
+(explorer.serving.steady: the waiting queue does not grow over the second half of the arrivals).
+Rates are swept from the lowest up; once an engine's point is unstable (past saturation) its
+higher rates are not run: a rate past saturation measures the run's length, not the engine. The
+frame says so in attrs["saturated"] ({engine: first unstable rate}) and in its notes.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ COLUMNS = [
     "median_e2el_ms",
     "p99_e2el_ms",
     "preemptions",
+    "steady",
+    "queue_growth",
     "offered_tok_s_modelled",
     "pareto",
     "knee",
@@ -69,6 +77,10 @@ GLOSSARY.update(
         "median_e2el_ms": "median end-to-end latency (ms)",
         "p99_e2el_ms": "99th percentile end-to-end latency (ms)",
         "preemptions": "requests the continuous engine evicted from its KV cache (all iterations)",
+        "steady": "rate sweeps: the waiting queue does not trend up over the second half of the "
+        "arrivals (explorer.serving.steady; False: unstable, past saturation)",
+        "queue_growth": "rate sweeps: the waiting queue's growth per arrival over the second half "
+        "of the arrivals (about 1 - 1/utilisation when overloaded; steady up to 0.05)",
         "offered_tok_s_modelled": "rate sweeps: requests/s x output tokens per request, the output "
         "tok/s asked for (modelled; throughput cannot exceed it)",
         "pareto": "on the front of output tok/s vs tok/s per user (no other row beats it on both)",
@@ -102,8 +114,11 @@ def run(
         raise ValueError(f"over must be one of {', '.join(OVER)}, got {over!r}")
     if over == "kv":  # only the engines with a KV budget knob
         engines = [e for e in engine_names(local_only=True) if get_engine(e).Knobs.kv_knob]
+    if over == "rate":
+        values = sorted(values)  # lowest first: the sweep stops past saturation
     points = [(e, v) for e in engines for v in values]
     notes: list[str] = []
+    saturated: dict = {}
     if repeats != 1:
         notes.append(
             "one run per setting (its percentiles are over its requests); repeats not used"
@@ -111,8 +126,11 @@ def run(
     progress_bar = Bar(len(points), f"serving sweep over {over}", progress, bar)
     stop = stop or threading.Event()
 
-    def point(p) -> dict:
+    def point(p) -> dict | list:
         engine, value = p
+        if engine in saturated:  # past saturation: not run
+            progress_bar.update()
+            return []
         wl, kn = _setting(over, value, engine, num_prompts, input_len, output_len, seed)
         res = serve(lm, wl, engine, stop=stop, **{**knobs, **kn})
         progress_bar.update()
@@ -120,6 +138,12 @@ def run(
             notes.append(f"{engine} at {over}={value}: {res.meta['status']}")
         row = _row(engine, over, value, res)
         row["offered_tok_s_modelled"] = float(value) * output_len if over == "rate" else None
+        if over == "rate" and res.result.get("steady") is False:
+            saturated[engine] = value
+            notes.append(
+                f"{engine}: stopped at rate {value:g} req/s, past saturation "
+                f"({res.result['stability']}); higher rates not run"
+            )
         return row
 
     try:
@@ -130,6 +154,7 @@ def run(
         progress_bar.close()
     df = frame(rows, COLUMNS, attrs("serving", lm, None, 1, 0, notes, COLUMNS, over=over))
     mark(df)
+    df.attrs["saturated"] = dict(saturated)
     df.attrs["knee"] = (
         {e: v for e, v in df[df["knee"]][["engine", "value"]].values} if len(df) else {}
     )
@@ -154,6 +179,8 @@ def _row(engine, over, value, res) -> dict:
     tpot = r.get("median_tpot_ms")
     pre = sum(i.preempted for i in res.iterations)
     row = {k: r.get(k) for k in COLUMNS if k in r}
+    if over != "rate":  # a closed loop or a burst has no arrival rate to be steady at
+        row.update(steady=None, queue_growth=None)
     return {
         **row,
         "engine": engine,

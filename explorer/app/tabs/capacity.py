@@ -2,8 +2,9 @@
 
 Pick a model shape, a chip, the GPU count (tensor parallel), the request lengths, the SLOs and an
 hourly price: Run simulates a range of Poisson request rates (explorer.serving.simulate.capacity)
-and draws p99 TTFT and TPOT against throughput with the SLOs, then says the largest rate that
-meets them, its goodput and the cost per million output tokens. Every figure is modelled and the
+and draws p99 TTFT and TPOT against throughput with the SLOs, each point labelled with its
+utilization (unstable points, past saturation, as crosses), then searches the largest steady rate
+that meets them and says it, its goodput and the cost per million output tokens. Every figure is modelled and the
 assumptions are listed beside it. Compare loads a measured result JSON (vllm bench serve
 --save-result, or ours), simulates its workload on the chosen setup and shows the error per metric;
 `explorer simulate --validate` shows the simulator's error against measurement on this machine.
@@ -195,7 +196,7 @@ class CapacityTab(Tab):
     def run(self) -> None:
         """Simulate the curve and show the answer (errors go to the dashboard's message)."""
         from explorer.serving import parse_goodput
-        from explorer.serving.simulate.capacity import cost_per_million, curve, largest_rate
+        from explorer.serving.simulate.capacity import capacity, cost_per_million, curve
 
         slos = parse_goodput(self.slos.value.strip() or None)
         for name, w, low in (
@@ -208,9 +209,7 @@ class CapacityTab(Tab):
         self.dash.guard.say(
             f"Simulating {info.name} on {self.gpus.value} x {self.chip.value}…", "busy"
         )
-        rows = curve(
-            info,
-            self.chip.value,
+        setup = dict(
             tp=self.gpus.value,
             input_len=self.input_len.value,
             output_len=self.output_len.value,
@@ -219,23 +218,30 @@ class CapacityTab(Tab):
             flop_efficiency=self.flop_eff.value,
             dtype=self.dtype.value,
         )
+        rows = curve(info, self.chip.value, **setup)
+        best = capacity(info, self.chip.value, **setup) if slos else None
         self.rows = rows
         plots.redraw(self.chart, plots.capacity_figure(rows, slos))
         refit(self.chart)
-        best = largest_rate(rows)
-        if best is None:
+        if best is None or best["largest_rate"] is None:
             verdict = (
-                "not even the lowest rate meets the SLOs: more GPUs, a faster chip or looser SLOs"
+                "no SLOs given: give some (e.g. ttft:500 tpot:50) for a largest rate"
+                if best is None
+                else "not even the lowest rate is steady and meets the SLOs: more GPUs, a "
+                "faster chip or looser SLOs"
             )
         else:
             cost = cost_per_million(best, self.gpus.value, self.price.value)
             verdict = (
-                f"largest rate meeting the SLOs: <b>{best['request_rate']:.3g} req/s</b> "
-                f"offered ({best['output_throughput']:.0f} output tok/s; goodput, the requests "
-                f"meeting every SLO, {best['request_goodput'] or 0:.3g} req/s: it counts per "
-                "second of the whole run, first arrival to last finish, so it sits below the "
-                f"offered rate), about <b>${cost:.3f} per million "
-                f"output tokens</b> at ${self.price.value:g}/GPU-hour"
+                f"largest steady rate meeting the SLOs: <b>{best['largest_rate']:.3g} req/s</b> "
+                f"(utilization {best['utilization']:.2f} of the modelled capacity "
+                f"{best['capacity_rps_modelled']:.3g} req/s; {best['output_throughput']:.0f} output "
+                f"tok/s, p99 TTFT {best['p99_ttft_ms']:.0f} ms, p99 TPOT "
+                f"{best['p99_tpot_ms']:.1f} ms; goodput, the requests meeting every SLO per second "
+                f"of the whole run, first arrival to last finish, "
+                f"{best['request_goodput'] or 0:.3g} req/s), "
+                f"about <b>${cost:.3f} per million output tokens</b> at "
+                f"${self.price.value:g}/GPU-hour"
             )
         items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
         self.answer.value = (

@@ -7,8 +7,9 @@ from explorer.serving import engines
 from explorer.serving.metrics import summarise
 from explorer.serving.run import ServingResult, run_meta
 from explorer.serving.simulate.events import Simulator, to_records
-from explorer.serving.simulate.policy import Policy, SimRequest, policy_for
-from explorer.serving.simulate.steptime import StepModel
+from explorer.serving.simulate.policy import SAFETY_MARGIN, Policy, SimRequest, policy_for
+from explorer.serving.simulate.steptime import StepModel, one_at_a_time_rate
+from explorer.serving.steady import judge
 from explorer.serving.workload import Request, Workload
 
 
@@ -55,6 +56,11 @@ def simulate(
     latency = getattr(step_model, "request_latency_s", 0.0)  # outside the engine (HTTP, tokenising)
     for rec in records:
         rec.sent_s = None if rec.sent_s is None else rec.sent_s - latency
+    result = summarise(records, goodput)
+    knobs = policy.knobs.to_dict()
+    capacity = saturation_rate(info, step_model, engine, knobs, *mean_lengths(sim_reqs))
+    offered = wl.request_rate if wl and wl.arrival != "burst" and not wl.max_concurrency else None
+    result.update(judge(records, capacity, offered))
     meta = run_meta(None, "complete", label or f"{engine} (simulated)")
     meta.update(
         model=info.name,
@@ -69,7 +75,7 @@ def simulate(
         workload=wl.to_dict() if wl else {"num_prompts": len(requests)},
         records=records,
         iterations=iterations,
-        result=summarise(records, goodput),
+        result=result,
         meta=meta,
     )
 
@@ -86,3 +92,51 @@ def simulation_assumptions(policy: Policy, step_model: StepModel) -> list[str]:
     else:
         out.insert(0, f"iteration time: {step_model.rule}")
     return out + list(step_model.assumptions)
+
+
+def mean_lengths(reqs) -> tuple[int, int]:
+    """The mean prompt and output lengths of a list of requests (rounded)."""
+    n = len(reqs)
+    return round(sum(r.input_len for r in reqs) / n), round(sum(r.max_tokens for r in reqs) / n)
+
+
+def saturation_rate(info, model: StepModel, engine: str, knobs: dict, input_len, output_len):
+    """The modelled service capacity (req/s) of `engine` for requests of these lengths: the
+    largest rate its step model drains, analytically (no run).
+
+    sequential  one request at a time: 1 / (its prefill + decodes + gaps)
+    static      full batches of max_batch: max_batch / (the batch's prefill + decodes + gaps)
+    continuous  a fluid steady state: each iteration admits k prompts (their prefill, input
+                tokens each) while k x (output - 1) requests decode one token each, so k requests
+                finish per iteration: rate(k) = k / iteration seconds; the capacity is the
+                largest rate over k up to what the KV cache holds (blocks x page x (1 - the
+                scheduler's 15% margin) / (input + output / 2) tokens per request), what
+                max_batch_tokens and max_requests_per_batch allow (fewer than one prompt per
+                iteration: one prompt's iteration every (output - 1) / decoding ones)."""
+    shape = shape_of(info)
+    i, o = max(1, int(input_len)), max(1, int(output_len))
+    if engine == "sequential" or o < 2:
+        return one_at_a_time_rate(info, model, i, o)
+    if engine == "static":
+        b = knobs["max_batch"]
+        s = model.seconds(shape, [[i, 0]] * b) + o * model.gap_s
+        s += sum(model.seconds(shape, [[1, i + k]] * b) for k in range(o - 1))
+        return b / s
+    kv = knobs["num_blocks"] * knobs["page_size"] * (1 - SAFETY_MARGIN) / (i + o / 2)
+    rows = min(kv, knobs.get("max_requests_per_batch") or 1024)  # decoding requests at most
+    k_max = min(rows / (o - 1), knobs["max_batch_tokens"] / (o - 1 + i))
+
+    def seconds(decoding: int, prompts: int) -> float:
+        passes = [[1, i + o // 2]] * decoding + [[i, 0]] * prompts
+        return model.seconds(shape, passes) + model.gap_s
+
+    if k_max < 1:  # one prompt every (o - 1) / n iterations among n decoding requests
+        n = max(1, int(rows))
+        t = seconds(n, 0) + (seconds(n, 1) - seconds(n, 0)) * n / (o - 1)
+        return n / ((o - 1) * t)
+    best, k = 0.0, 1
+    while True:
+        best = max(best, k / seconds(k * (o - 1), k))
+        if k >= int(k_max):
+            return best
+        k = min(int(k_max), max(k + 1, int(k * 1.25)))
