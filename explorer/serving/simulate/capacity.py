@@ -136,15 +136,17 @@ def _settled(a: dict, b: dict, slos: dict) -> bool:
 def judged_point(setup: Setup, rate: float, num_prompts: int, slos: dict) -> dict:
     """The run at `rate`, doubled until two runs (n and 2n requests) agree: both refused
     (unstable or over an SLO), or both accepted (steady, every SLO met) with their p99s settled.
-    Refused at once only when hopeless (the queue keeps HOPELESS x GROWTH_LIMIT of the arrivals,
-    or a p99 is over HOPELESS x its SLO), and when MAX_PROMPTS requests have not settled."""
+    Refused at once only when hopeless (the offered rate is at or past the modelled capacity, the
+    queue keeps HOPELESS x GROWTH_LIMIT of the arrivals, or a p99 is over HOPELESS x its SLO), and when MAX_PROMPTS requests have not settled."""
     prev, n = None, max(num_prompts, MIN_PROMPTS)
     while True:
         row = setup.run(rate, n, slos)
         ok = bool(row["steady"] and row["meets_slos"])
-        hopeless = (row["queue_growth"] or 0) > HOPELESS * GROWTH_LIMIT or any(
-            (row.get(P99[k]) or 0) > HOPELESS * v for k, v in slos.items()
-        )
+        hopeless = (
+            (row["utilization"] or 0)
+            >= 1  # past the modelled capacity: no run length makes it steady
+            or (row["queue_growth"] or 0) > HOPELESS * GROWTH_LIMIT
+        ) or any((row.get(P99[k]) or 0) > HOPELESS * v for k, v in slos.items())
         agree = prev is not None and prev["ok"] == ok and (not ok or _settled(prev, row, slos))
         if hopeless or agree or 2 * n > MAX_PROMPTS:
             row.update(ok=ok, settled=agree, accepted=ok and agree)
