@@ -499,7 +499,7 @@ def test_distribution_before_any_step_and_after_rewind_is_explained(tiny):
 
 
 def test_overhead_benchmark_reports_both_medians_and_the_ratio(tiny):
-    from explorer.engine import overhead_benchmark
+    from explorer.bench.overhead import overhead_benchmark
 
     out = overhead_benchmark(tiny, [1, 2, 3, 4], new_tokens=6, repeats=2)
     assert out["generate"]["repeats"] == out["session"]["repeats"] == 2

@@ -207,8 +207,8 @@ def test_regimes_bundled_overhead_and_half_billion_memory(session):
 
 
 def test_inside_benchmark_times_an_untouched_copy_beside_a_looked_at_model(target, capsys):
+    from explorer.bench.inside import inside_benchmark
     from explorer.cli import main
-    from explorer.engine.session import inside_benchmark
 
     out = inside_benchmark(target, list(range(10, 18)), new_tokens=3, repeats=2, warmup=0)
     assert out["hooks_left"] == {"plain": 0, "inside": 0}

@@ -45,7 +45,7 @@ def _add_bench_overhead(bench) -> None:
 
 
 def _cmd_bench_overhead(args) -> int:
-    from explorer.engine.session import overhead_benchmark
+    from explorer.bench.overhead import overhead_benchmark
     from explorer.model.loader import load
 
     if args.threads is not None:
@@ -298,7 +298,7 @@ def _add_bench_hooks(bench) -> None:
 
 
 def _cmd_bench_hooks(args) -> int:
-    from explorer.engine.session import inside_benchmark
+    from explorer.bench.inside import inside_benchmark
     from explorer.model.loader import load
 
     lm = load(args.model, device=args.device, dtype=args.dtype)

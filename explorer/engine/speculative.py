@@ -50,6 +50,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer.costs.timing import Timer
+from explorer.engine.prompt import decode_ids, encode, eos_ids  # the engine's prompt rules
 from explorer.engine.sampling import (
     Draw,
     Sampling,
@@ -59,18 +60,10 @@ from explorer.engine.sampling import (
     process,
     stage_summary,
 )
-from explorer.engine.session import (  # the engine's prompt/EOS/text rules, shared
-    SessionDone,
-    _decode_ids,
-    _encode,
-    _eos_ids,
-    copy_cache,
-    crop_cache,
-    forward,
-    kv_cache_bytes,
-)
+from explorer.engine.session import SessionDone
 from explorer.engine.trace import Step, Trace
 from explorer.model.loader import LoadedModel
+from explorer.model.passes import copy_cache, crop_cache, forward, kv_cache_bytes
 
 RESIDUAL_EPS = 1e-12  # residual mass below this counts as empty (p == q): fall back to p
 
@@ -432,7 +425,7 @@ class SpeculativeSession:
                 f"max_new_tokens must be None or a whole number >= 1, got {max_new_tokens!r}"
             )
         self.target, self.draft = target, draft
-        self.prompt_ids = _encode(target, prompt)
+        self.prompt_ids = encode(target, prompt)
         self.sampling, self.k, self.k_max, self.adaptive = sampling, k, k_max, bool(adaptive)
         self.top_n = min(top_n, _vocab_size(target))
         self.max_new_tokens, self.record_steps = max_new_tokens, bool(record_steps)
@@ -448,7 +441,7 @@ class SpeculativeSession:
         self.k = self._fit_k(k)
         self.k_max = max(self.k, min(self.k_max, self.max_positions - len(self.prompt_ids) - 1))
         self.draws = RandomDraws(sampling.seed)
-        self.eos_ids = _eos_ids(target) if stop_at_eos else set()
+        self.eos_ids = eos_ids(target) if stop_at_eos else set()
         self.rounds: list[Round] = []
         self.stop_reason: str | None = None
         self._ids = list(self.prompt_ids)
@@ -461,7 +454,7 @@ class SpeculativeSession:
         self._trace = Trace(
             prompt=prompt
             if isinstance(prompt, str)
-            else _decode_ids(target.tokenizer, self.prompt_ids),
+            else decode_ids(target.tokenizer, self.prompt_ids),
             settings=self._settings(),
             model=target.info.to_dict(),
             device=str(target.device),
@@ -486,7 +479,7 @@ class SpeculativeSession:
 
     @property
     def text(self) -> str:
-        return _decode_ids(self.target.tokenizer, self.tokens)
+        return decode_ids(self.target.tokenizer, self.tokens)
 
     @property
     def done(self) -> bool:
@@ -974,7 +967,7 @@ def decode_target_only(
     cache, ids, lat = DynamicCache(), list(prompt_ids), []
     if len(ids) > 1:
         _timed_forward(target, ids[:-1], cache, last_only=True)
-    eos = _eos_ids(target)
+    eos = eos_ids(target)
     for _ in range(n_tokens):
         logits, sec = _timed_forward(target, ids[-1:], cache, last_only=True)
         _, stages = _final_probs(logits[:, -1], ids, sampling)
@@ -1008,7 +1001,7 @@ def benchmark(
     verify pass / median target decode pass, all measured in this run.
     """
     ks = [check_k(k) for k in ks]
-    ids = _encode(target, prompt)
+    ids = encode(target, prompt)
     names = ("rounds", "base", "base_tok", "spec", "base_wall", "spec_wall", "draft", "verify")
     per_k: dict[int, dict[str, list]] = {k: {name: [] for name in names} for k in ks}
     _warm_up(target, draft, ids)

@@ -28,9 +28,9 @@ from explorer import costs
 from explorer.costs import hardware
 from explorer.costs.split import utilisation
 from explorer.costs.timing import Timer, time_call
-from explorer.engine.passes import crop_cache, forward
 from explorer.model.device import is_out_of_memory
 from explorer.model.loader import LoadedModel, ModelInfo
+from explorer.model.passes import crop_cache, forward
 
 Progress = Callable[[int, int], None]
 

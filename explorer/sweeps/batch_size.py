@@ -11,9 +11,9 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
-from explorer.engine.passes import copy_cache
 from explorer.model.device import available_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
+from explorer.model.passes import copy_cache
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,

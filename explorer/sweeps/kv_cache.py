@@ -11,8 +11,8 @@ from transformers import DynamicCache
 
 from explorer import costs
 from explorer.costs.timing import time_call
-from explorer.engine.passes import forward, kv_cache_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
+from explorer.model.passes import forward, kv_cache_bytes
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,

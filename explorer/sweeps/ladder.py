@@ -374,7 +374,7 @@ def _step_bytes(step) -> float | None:
 
 
 def _prompt_ids(lm, prompt) -> list[int]:
-    from explorer.engine.session import _encode
+    from explorer.engine.prompt import encode
 
     if prompt is None:
         prompt = (
@@ -382,7 +382,7 @@ def _prompt_ids(lm, prompt) -> list[int]:
             if lm.tokenizer is not None
             else [(7 * i) % lm.info.vocab_size for i in range(1, 17)]
         )
-    return _encode(lm, prompt)
+    return encode(lm, prompt)
 
 
 def _meaningful_perplexity(lm) -> bool:

@@ -10,8 +10,8 @@ import pandas as pd
 import torch
 
 from explorer.costs.timing import time_call
-from explorer.engine.passes import crop_cache
 from explorer.model.loader import LoadedModel
+from explorer.model.passes import crop_cache
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,

@@ -22,8 +22,8 @@ import torch
 from explorer import costs
 from explorer.costs.calibrate import Calibration, active
 from explorer.costs.overhead import overhead_floor
-from explorer.engine.passes import copy_cache, crop_cache
 from explorer.model.loader import LoadedModel
+from explorer.model.passes import copy_cache, crop_cache
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,
