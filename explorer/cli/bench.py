@@ -123,7 +123,8 @@ def _add_bench_speculative(bench) -> None:
 
 def _cmd_bench_speculative(args) -> int:
     from explorer import Sampling
-    from explorer.engine.speculative import benchmark, measure_cost_ratio, parse_ks
+    from explorer.bench.speculative import benchmark, measure_cost_ratio
+    from explorer.engine.drafts import parse_ks
     from explorer.model.loader import load
 
     ks = parse_ks(args.k)
@@ -339,7 +340,7 @@ def _add_bench_lookup(bench) -> None:
 
 
 def _cmd_bench_lookup(args) -> int:
-    from explorer.engine.speculative import lookup_benchmark
+    from explorer.bench.speculative import lookup_benchmark
     from explorer.model.loader import load
 
     for flag in ("k", "ngram", "new_tokens", "repeats"):

@@ -137,3 +137,10 @@ def prompt_input(lm, text: str):
             f"{lm.info.name} has no tokenizer: type a prompt (fed as bytes) or token ids such as 1 2 3"
         )
     return ids
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    """One token's text as the tokenizer writes it (<id> without a tokenizer)."""
+    if tokenizer is None:
+        return f"<{token_id}>"
+    return tokenizer.decode([token_id], clean_up_tokenization_spaces=False)

@@ -11,7 +11,7 @@ import dataclasses
 
 import torch
 
-from explorer.engine.prompt import decode_ids
+from explorer.engine.prompt import decode_ids, token_text
 from explorer.engine.sampling import Draw, step_statistics
 from explorer.engine.trace import Step
 from explorer.model.passes import kv_cache_bytes
@@ -137,13 +137,7 @@ class StepRecorder:
     def _text(self, token_id: int) -> str:
         text = self._text_cache.get(token_id)
         if text is None:
-            tok = self.lm.tokenizer
-            text = (
-                f"<{token_id}>"
-                if tok is None
-                else tok.decode([token_id], clean_up_tokenization_spaces=False)
-            )
-            self._text_cache[token_id] = text
+            text = self._text_cache[token_id] = token_text(self.lm.tokenizer, token_id)
         return text
 
     def _decode(self, ids: list[int]) -> str:

@@ -1,7 +1,7 @@
 """The step-by-step engine: one forward pass per token, every sampling stage recorded.
 
-The low-level phases (forward, kv_cache_bytes, crop_cache, copy_cache) live in
-explorer.model.passes and are re-exported here; prompt preparation lives in explorer.engine.prompt.
+The low-level phases (forward, kv_cache_bytes, crop_cache, copy_cache) live in explorer.model.passes,
+prompt preparation in explorer.engine.prompt, and turning a pass into a Step in explorer.engine.recording.
 """
 
 from __future__ import annotations
@@ -34,14 +34,12 @@ from explorer.engine.sampling import (
 )
 from explorer.engine.settings import SessionOptions, check_int
 from explorer.engine.trace import Step, Trace
-from explorer.model.passes import (  # noqa: F401  (re-exported: the engine phases)
-    _accepts_logits_to_keep,
+from explorer.model.passes import (
+    accepts_logits_to_keep,
     cache_length,
     copy_cache,
     crop_cache,
     forward,
-    kv_cache_bytes,
-    position_ids,
 )
 
 # --- the Session ---------------------------------------------------------------------------------
@@ -404,7 +402,7 @@ class Session(StepRecorder):
         return sample
 
     def _last_only_kwargs(self) -> dict:
-        return {"logits_to_keep": 1} if _accepts_logits_to_keep(self.lm.model) else {}
+        return {"logits_to_keep": 1} if accepts_logits_to_keep(self.lm.model) else {}
 
     def logit_lens(self, step: int | None = None, top_n: int = 5) -> list[dict]:
         """Per decoder layer: top tokens, prob of the chosen token, entropy, KL to the final

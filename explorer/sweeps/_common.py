@@ -170,12 +170,15 @@ def attrs(
     sweep: str,
     lm: LoadedModel,
     peaks,
-    repeats: int,
-    warmup: int,
     notes: list[str],
     columns,
+    *,
+    repeats: int,
+    warmup: int,
     **extra,
 ) -> dict[str, Any]:
+    """A sweep frame's attrs: what ran where (model, device, dtype, threads, timer), how it was
+    measured (repeats, warm-up passes, the statistic), the peaks and calibration used, the notes."""
     from explorer.costs.calibrate import active
 
     peaks_d = plain_peaks(peaks)

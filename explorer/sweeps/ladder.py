@@ -141,7 +141,9 @@ def run(
         "rungs": {r: RUNGS[r] for r in names},
     }
     return frame(
-        rows, COLUMNS, sweep_attrs("ladder", lm, peaks, repeats, 1, notes, COLUMNS, **extra)
+        rows,
+        COLUMNS,
+        sweep_attrs("ladder", lm, peaks, notes, COLUMNS, repeats=repeats, warmup=1, **extra),
     )
 
 
@@ -279,8 +281,9 @@ class _Ladder:
     # --- prompt lookup (speculative, no draft model) and prefix caching ---
 
     def _lookup(self, batch: int) -> dict:
+        from explorer.engine.drafts import PromptLookup
         from explorer.engine.sampling import Sampling
-        from explorer.engine.speculative import PromptLookup, SpeculativeSession
+        from explorer.engine.speculative import SpeculativeSession
 
         if batch > 1:
             raise _Skip("prompt lookup runs one row (SpeculativeSession is batch 1)")

@@ -81,7 +81,9 @@ def run(
         rows = measure_points(lengths, point, notes, label=lambda L: f"length {L}", stop=stop)
     finally:
         progress_bar.close()
-    return frame(rows, COLUMNS, attrs("prefill", lm, peaks, repeats, 1, notes, COLUMNS))
+    return frame(
+        rows, COLUMNS, attrs("prefill", lm, peaks, notes, COLUMNS, repeats=repeats, warmup=1)
+    )
 
 
 def _rows(

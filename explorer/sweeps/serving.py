@@ -125,7 +125,9 @@ def run(
         )
     finally:
         progress_bar.close()
-    df = frame(rows, COLUMNS, attrs("serving", lm, None, 1, 0, notes, COLUMNS, over=over))
+    df = frame(
+        rows, COLUMNS, attrs("serving", lm, None, notes, COLUMNS, repeats=1, warmup=0, over=over)
+    )
     mark(df)
     df.attrs["knee"] = (
         {e: v for e, v in df[df["knee"]][["engine", "value"]].values} if len(df) else {}

@@ -220,7 +220,7 @@ class SpeculativeTab(Tab):
         return True
 
     def _benchmark(self, target, draft, prompt, sampling, k_max: int) -> None:
-        from explorer.engine.speculative import benchmark
+        from explorer.bench.speculative import benchmark
 
         g = self.dash.guard
         rows = []
