@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -436,18 +435,33 @@ def test_bad_engine_settings_are_clear(target, engine, knobs, message):
 
 
 @pytest.mark.parametrize("engine", ["sequential", "static", "continuous"])
-def test_stop_mid_run_keeps_what_finished(target, engine):
+def test_stop_mid_run_keeps_what_finished(target, engine, monkeypatch):
+    from explorer.serving import run as serving_run
+
+    first_done = threading.Event()
+
+    class Watched(serving_run.RequestRecord):
+        """A record that says when the first request has finished."""
+
+        def __setattr__(self, name, value):
+            super().__setattr__(name, value)
+            if name == "end_s" and value is not None:
+                first_done.set()
+
+    monkeypatch.setattr(serving_run, "RequestRecord", Watched)
+    # 12 requests at 8/s arrive over 1.4 s: stopping at the first completion leaves some unsent
     wl = Workload(num_prompts=12, arrival="fixed", request_rate=8.0, input_len=16, output_len=24)
     stop = threading.Event()
-    threading.Timer(0.6, stop.set).start()
-    t0 = time.perf_counter()
-    res = (
-        serve(target, wl, engine, stop=stop, max_batch=2)
-        if engine == "static"
-        else serve(target, wl, engine, stop=stop)
-    )
-    assert time.perf_counter() - t0 < 5  # 12 requests at 8/s would take > 1.4 s to even arrive
+
+    def stop_after_the_first():
+        first_done.wait(timeout=300)
+        stop.set()
+
+    threading.Thread(target=stop_after_the_first, daemon=True).start()
+    knobs = {"max_batch": 2} if engine == "static" else {}
+    res = serve(target, wl, engine, stop=stop, **knobs)
     r = res.result
+    assert first_done.is_set()
     assert res.meta["status"] == "partial"
     assert r["completed"] >= 1 and r["failed"] >= 1 and r["completed"] + r["failed"] == 12
     assert all(e.startswith("stopped before it") for e in r["errors"])
