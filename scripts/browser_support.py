@@ -23,12 +23,12 @@ REPO = Path(__file__).resolve().parent.parent
 # scripts import this file; let them import explorer from the checkout too
 sys.path.insert(0, str(REPO))
 
-from explorer.app.voila.serve import (  # noqa: E402
+from explorer.app.voila.capacity import (  # noqa: E402
     kernel_processes,
     tree_memory,
     wait_for_pool,
-    wait_until_listening,
 )
+from explorer.app.voila.serve import wait_until_listening  # noqa: E402
 
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))  # browser_support
 import browser_support as bs  # noqa: E402
 
-from explorer.app.voila import serve  # noqa: E402
+from explorer.app.voila import assets, capacity, config, kernel_pool, serve  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CULL_S = 4  # the test server reclaims a closed tab's kernel after 4 s idle (checked every second)
@@ -31,9 +31,9 @@ CULL_S = 4  # the test server reclaims a closed tab's kernel after 4 s idle (che
 
 
 def test_config_validates_and_builds_the_voila_command(tmp_path):
-    cfg = serve.AppConfig(port=9999, pool_size=2, cull_idle_timeout=60, open_browser=False)
+    cfg = config.AppConfig(port=9999, pool_size=2, cull_idle_timeout=60, open_browser=False)
     cmd = serve.voila_command(cfg, notebook=tmp_path / "x.ipynb")
-    assert cmd[1].endswith("serve.py") and cmd[2] == str(tmp_path / "x.ipynb")
+    assert cmd[1].endswith("server.py") and cmd[2] == str(tmp_path / "x.ipynb")
     for flag in (
         "--port=9999",
         "--Voila.ip=127.0.0.1",
@@ -48,10 +48,10 @@ def test_config_validates_and_builds_the_voila_command(tmp_path):
     ):
         assert flag in cmd
     assert "--preheat_kernel=False" in serve.voila_command(
-        serve.AppConfig(pool_size=0), notebook=tmp_path
+        config.AppConfig(pool_size=0), notebook=tmp_path
     )
-    assert serve.AppConfig(threads=0).threads == max(1, (os.cpu_count() or 2) - 1)
-    assert serve.kernel_env(serve.AppConfig(threads=3), base={})["OMP_NUM_THREADS"] == "3"
+    assert config.AppConfig(threads=0).threads == max(1, (os.cpu_count() or 2) - 1)
+    assert serve.kernel_env(config.AppConfig(threads=3), base={})["OMP_NUM_THREADS"] == "3"
     for bad in (
         dict(port=0),
         dict(port=70000),
@@ -65,18 +65,18 @@ def test_config_validates_and_builds_the_voila_command(tmp_path):
         dict(threads=1.5),
     ):
         with pytest.raises(ValueError):
-            serve.AppConfig(**bad)
+            config.AppConfig(**bad)
 
 
 def test_models_config_is_read_and_checked(tmp_path):
     good = tmp_path / "models.json"
     good.write_text(json.dumps({"models": ["bundled:target", " arch:gpt2 "]}))
-    assert serve.AppConfig(shared=True, models_config=good).models == [
+    assert config.AppConfig(shared=True, models_config=good).models == [
         "bundled:target",
         "arch:gpt2",
     ]
     (tmp_path / "list.json").write_text('["bundled:draft"]')
-    assert serve.read_models_config(tmp_path / "list.json") == ["bundled:draft"]
+    assert config.read_models_config(tmp_path / "list.json") == ["bundled:draft"]
     for name, text in (
         ("broken.json", "{models"),
         ("empty.json", '{"models": []}'),
@@ -84,40 +84,40 @@ def test_models_config_is_read_and_checked(tmp_path):
     ):
         (tmp_path / name).write_text(text)
         with pytest.raises(ValueError, match=name):
-            serve.read_models_config(tmp_path / name)
+            config.read_models_config(tmp_path / name)
     with pytest.raises(ValueError, match="not found"):
-        serve.read_models_config(tmp_path / "missing.json")
+        config.read_models_config(tmp_path / "missing.json")
 
 
 def test_kernel_env_sets_shared_mode_only_when_asked(tmp_path):
     cfg_file = tmp_path / "m.json"
     cfg_file.write_text('["bundled:target"]')
     base = {"EXPLORER_SHARED": "1", "EXPLORER_MODELS_CONFIG": "/stale", "PATH": "/bin"}
-    plain = serve.kernel_env(serve.AppConfig(), base)
+    plain = serve.kernel_env(config.AppConfig(), base)
     assert (
         "EXPLORER_SHARED" not in plain
         and "EXPLORER_MODELS_CONFIG" not in plain
         and plain["PATH"] == "/bin"
     )
-    assert plain[serve.WIDGET_JS_ENV].startswith("/explorer/static/widgetbundle.js?v=")
-    shared = serve.kernel_env(serve.AppConfig(shared=True, models_config=cfg_file), base)
+    assert plain[assets.WIDGET_JS_ENV].startswith("/explorer/static/widgetbundle.js?v=")
+    shared = serve.kernel_env(config.AppConfig(shared=True, models_config=cfg_file), base)
     assert shared["EXPLORER_SHARED"] == "1" and shared["EXPLORER_MODELS_CONFIG"] == str(cfg_file)
 
 
 def test_figure_widget_loads_plotly_by_url_under_the_app(monkeypatch):
     import plotly.graph_objects as go
 
-    monkeypatch.delenv(serve.WIDGET_JS_ENV, raising=False)
-    assert serve.figure_widget_class() is go.FigureWidget
-    monkeypatch.setenv(serve.WIDGET_JS_ENV, "/explorer/static/widgetbundle.js?v=1")
-    fig = serve.figure_widget_class()(go.Figure(go.Bar(y=[1, 2])))
+    monkeypatch.delenv(assets.WIDGET_JS_ENV, raising=False)
+    assert assets.figure_widget_class() is go.FigureWidget
+    monkeypatch.setenv(assets.WIDGET_JS_ENV, "/explorer/static/widgetbundle.js?v=1")
+    fig = assets.figure_widget_class()(go.Figure(go.Bar(y=[1, 2])))
     assert isinstance(fig, go.FigureWidget) and list(fig.data[0].y) == [1, 2]
     assert (
         len(fig._esm) < 5000 and '"/explorer/static/widgetbundle.js?v=1"' in fig._esm
     )  # vs ~5 MB inline
     assert "BUNDLE_URL" not in fig._esm
     assert len(go.FigureWidget()._esm) > 1_000_000
-    assert serve.plotly_bundle().is_file()
+    assert assets.plotly_bundle().is_file()
 
 
 def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch):
@@ -134,8 +134,8 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
         self._kernels.pop(kernel_id, None)
 
     monkeypatch.setattr(AsyncMappingKernelManager, "shutdown_kernel", fake_shutdown)
-    km = serve.kernel_manager_class()(cull_idle_timeout=4, connect_grace=60)
-    long_ago = serve.utcnow() - timedelta(hours=1)
+    km = kernel_pool.kernel_manager_class()(cull_idle_timeout=4, connect_grace=60)
+    long_ago = kernel_pool.utcnow() - timedelta(hours=1)
 
     def add(kid):
         km._kernels[kid] = SimpleNamespace(
@@ -163,9 +163,9 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
     km._unclaimed_since["started-cold"] = (
         long_ago  # (it was first seen long ago: the render was slow)
     )
-    km._kernels["started-cold"].last_activity = serve.utcnow() - timedelta(seconds=5)
+    km._kernels["started-cold"].last_activity = kernel_pool.utcnow() - timedelta(seconds=5)
     assert not cull("started-cold")  # the browser gets the grace from the end of the render
-    km._kernels["started-cold"].last_activity = serve.utcnow() - timedelta(seconds=61)
+    km._kernels["started-cold"].last_activity = kernel_pool.utcnow() - timedelta(seconds=61)
     assert cull("started-cold")
 
     class Starting(
@@ -197,7 +197,7 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
 
 def test_capacity_arithmetic_and_line():
     mb = 1024 * 1024
-    cap = serve.capacity_from(
+    cap = capacity.capacity_from(
         {"uss": 150 * mb, "rss": 250 * mb, "pss": 170 * mb}, available=1000 * mb
     )
     assert cap.visitors == 6
@@ -205,7 +205,7 @@ def test_capacity_arithmetic_and_line():
         cap.line() == "this machine can hold about 6 visitors (one kernel ≈ 150 MB, 1000 MB free)"
     )
     with pytest.raises(ValueError):
-        serve.capacity_from({"uss": 0, "rss": 0, "pss": 0}, available=mb)
+        capacity.capacity_from({"uss": 0, "rss": 0, "pss": 0}, available=mb)
 
 
 def test_app_refuses_a_busy_port(capsys):

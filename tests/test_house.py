@@ -13,9 +13,23 @@ from explorer.engine.settings import SessionOptions, specs
 PKG = Path(__file__).resolve().parent.parent / "explorer"
 
 
-def _imports(path: Path) -> set[str]:
+UI = {"ipywidgets", "plotly", "IPython", "anywidget"}
+# plots/ draws, app/ shows, cli/ commands; every other room (and the top-level modules, ".") is lower
+UPPER_ROOMS = {"plots", "app", "cli"}
+LOWER_ROOMS = [
+    ".",
+    *sorted(
+        p.name for p in PKG.iterdir() if (p / "__init__.py").is_file() and p.name not in UPPER_ROOMS
+    ),
+]
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
+
+
+def _imports(source: str) -> set[str]:
+    """Top-level package names a module imports, anywhere in it (a lazy import inside a function too)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -23,18 +37,70 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("room", ["model", "engine", "costs", "sweeps"])
+def _long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """(qualified name, lines from `def` to its last line) of each function longer than `limit`."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                lines = child.end_lineno - child.lineno + 1
+                if not isinstance(child, ast.ClassDef) and lines > limit:
+                    found.append((name, lines))
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def _modules() -> list[Path]:
+    return sorted(PKG.rglob("*.py"))
+
+
+def test_the_checks_see_what_they_look_for():
+    lazy = "def f():\n    import plotly.graph_objects as go\n    from IPython import display\n"
+    assert _imports(lazy) == {"plotly", "IPython"}
+    line = "        x = 1\n"
+    assert _long_functions("def fits():\n" + line * 79) == []  # 80 lines: at the limit
+    assert _long_functions("class C:\n    def long(self):\n" + line * 80) == [("C.long", 81)]
+    assert {"model", "engine", "costs", "inside", "serving", "sweeps"} <= set(LOWER_ROOMS)
+
+
+@pytest.mark.parametrize("room", LOWER_ROOMS)
 def test_lower_rooms_import_no_ui(room):
-    for path in (PKG / room).rglob("*.py"):
-        ui = _imports(path) & {"ipywidgets", "plotly", "IPython", "anywidget"}
+    for path in PKG.glob("*.py") if room == "." else (PKG / room).rglob("*.py"):
+        ui = _imports(path.read_text()) & UI
         assert not ui, (
             f"{path.relative_to(PKG)} imports {ui}: only plots/ draws and only app/ has widgets"
         )
 
 
+def test_no_module_is_over_the_house_size():
+    over = {
+        str(p.relative_to(PKG)): n
+        for p in _modules()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by idea): {over}"
+
+
+def test_no_function_is_over_the_house_size():
+    over = {
+        f"{p.relative_to(PKG)}:{name}": n
+        for p in _modules()
+        for name, n in _long_functions(p.read_text())
+    }
+    assert not over, (
+        f"functions over {MAX_FUNCTION_LINES} lines (a builder and a short wiring function): {over}"
+    )
+
+
 def test_only_app_imports_ipywidgets():
     for path in PKG.rglob("*.py"):
-        if "ipywidgets" in _imports(path):
+        if "ipywidgets" in _imports(path.read_text()):
             assert path.relative_to(PKG).parts[0] == "app", path
 
 
@@ -63,20 +129,22 @@ def test_the_dashboard_builds_every_registered_tab(target):
 
 
 def test_each_setting_has_one_control_and_one_flag():
-    from explorer.app import controls as C
+    from explorer.app import controls
     from explorer.cli import build_parser
 
-    parts = C.sampling_controls(Sampling())
-    assert set(parts) == {C.widget_name(f) for f in specs(Sampling)}
+    parts = controls.sampling_controls(Sampling())
+    assert set(parts) == {controls.widget_name(f) for f in specs(Sampling)}
     generate = build_parser()._subparsers._group_actions[0].choices["generate"]
     dests = {a.dest for a in generate._actions}
     assert set(specs(Sampling)) <= dests
     for f, spec in specs(Sampling).items():  # the widget says what the declaration says
-        assert parts[C.widget_name(f)].description == spec.label
-    run = C.session_controls(
-        ["bundled:target"], C.RunSettings(model="bundled:target", prompt="x"), free_text=False
+        assert parts[controls.widget_name(f)].description == spec.label
+    run = controls.session_controls(
+        ["bundled:target"],
+        controls.RunSettings(model="bundled:target", prompt="x"),
+        free_text=False,
     )
-    assert {C.widget_name(f) for f in specs(SessionOptions)} <= set(run)
+    assert {controls.widget_name(f) for f in specs(SessionOptions)} <= set(run)
 
 
 def test_the_dashboard_opens_on_readable_settings(target):

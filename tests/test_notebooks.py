@@ -1,8 +1,12 @@
 """The classroom notebooks: each runs top to bottom in a fresh kernel and still teaches its point.
 
-Every numbered notebook ends by printing `NOTEBOOK_FACTS {json}`: the numbers it measured or modelled.
-The checks below assert the facts each notebook teaches, so a notebook that runs but stops showing
-its point (the cache no longer helps, batching no longer raises throughput, ...) fails.
+Every numbered notebook collects the numbers it measured or modelled in a dict named `facts`. The
+test appends one cell that prints them as `NOTEBOOK_FACTS {json}` (the notebook itself never shows
+them to a student), and the checks below assert the facts each notebook teaches, so a notebook that
+runs but stops showing its point fails. The checks are about facts that hold on any machine: counts,
+bytes, equality, ratios of modelled quantities, the regime the cost model assigns and bounds a
+measurement may never beat. Never a timing ("faster than", a speedup above 1): those depend on the
+machine and its load, and the notebooks print them without asserting them.
 
 Knobs (environment variables):
     EXPLORER_NOTEBOOK_PARAMS   JSON dict of parameter overrides, injected after the cell tagged
@@ -32,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NB_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
 MARKER = "NOTEBOOK_FACTS"
+# appended by the test only: what the tests read, out of the student's view
+FACTS_CELL = f"import json as _json\n\nprint({MARKER!r}, _json.dumps(facts, default=float))"
 BUNDLED = (ROOT / "assets" / "models" / "target" / "config.json").exists() and (
     ROOT / "assets" / "models" / "draft" / "config.json"
 ).exists()
@@ -81,6 +87,7 @@ def execute(path: Path) -> tuple[dict, float, object]:
         lines = ["# injected by tests/test_notebooks.py (EXPLORER_NOTEBOOK_PARAMS)"]
         lines += [f"{k} = {v!r}" for k, v in overrides.items()]
         nb.cells.insert(_params_cell(nb) + 1, nbformat.v4.new_code_cell("\n".join(lines)))
+    nb.cells.append(nbformat.v4.new_code_cell(FACTS_CELL))
     threads = os.environ.get("EXPLORER_NOTEBOOK_THREADS", "1")
     env = {
         **os.environ,
@@ -149,7 +156,9 @@ def read_facts(nb) -> dict:
 
 
 def check_01(f: dict) -> None:
-    assert f["logits_shape"] == [1, f["T"], f["V"]]  # one row of V logits per prompt position
+    # asked for every row: one row of V logits per position
+    assert f["logits_shape"] == [1, f["T"], f["V"]]
+    assert f["last_only_shape"] == [1, 1, f["V"]]  # what an engine computes: the last row only
     assert abs(f["prob_sum"] - 1) < 1e-4  # softmax gives a distribution
     # Session = that pass
     assert f["session_top_id"] == f["our_top_id"] and f["session_vs_softmax"] < 1e-5
@@ -175,14 +184,15 @@ def check_03(f: dict) -> None:
     assert f["fed_on"][1:] == [1] * (len(f["fed_on"]) - 1)
     # without: everything
     assert f["fed_off"] == list(range(f["prompt_len"], f["prompt_len"] + len(f["fed_off"])))
-    assert f["new_tokens"] == 256 and f["total_off_s"] > f["total_on_s"]  # measured, at 256 tokens
-    # per-pass cost grows with length only without the cache
-    assert f["growth_off"] > f["growth_on"]
+    # modelled: without the cache per-pass FLOPs grow with the length (a quadratic total) ...
     assert (
         f["per_step_flops_off_last"] > 10 * f["per_step_flops_off_first"]
         and f["flops_off"] > 10 * f["flops_on"]
     )
     per_token = 2 * f["kv_layers"] * f["kv_heads"] * f["head_dim"] * f["bytes_per_value"]
+    # ... with it, a pass reads one more token's keys and values than the pass before (cell 6)
+    growth = f["bytes_on_last"] - f["bytes_on_first"]
+    assert growth == pytest.approx(per_token * (f["new_tokens"] - 2), rel=1e-9)
     assert f["kv_bytes_per_token"] == per_token and f["kv_growth_per_step"] == [per_token]
     assert f["kv_measured"] == f["kv_predicted"] == per_token * f["kv_positions"]
     heads, kv, kib = f["gqa"]["llama-3.1-8b"]
@@ -194,54 +204,44 @@ def check_04(f: dict) -> None:
     assert f["weights_share"] > 0.95  # decode at batch 1 moves the weights, almost nothing else
     assert f["intensity"] < f["balance"] / 4  # far left of the ridge point
     assert f["decode_bounds"] == ["memory"]
-    # never faster than the roofline's lower bound
+    # a bound, not a timing: no step may beat the roofline's lower bound (else the model is wrong)
     assert f["latency_median_s"] >= f["bound_median_s"]
-    # the ceiling uses the median bandwidth (the bound above uses the best repeat): allow its noise
-    assert f["measured_tokens_per_s"] <= f["ceiling_tokens_per_s"] * 1.2
 
 
 def check_05(f: dict) -> None:
-    pre, dec = f["prefill_tokens_per_s"], f["decode_tokens_per_s"]
-    assert pre[-1] > 4 * pre[0]  # prefill throughput climbs with the prompt length
-    assert pre[-1] > 4 * max(dec)  # a prompt token is far cheaper than a generated one
     assert f["prefill_bounds"][-1] == "compute" and set(f["decode_bounds"]) == {"memory"}
     assert min(f["prefill_intensity"][-1:]) > f["balance"] > max(f["decode_intensity"])
-    assert 1 < f["ttft_over_tpot"] < f["P"] / 4  # TTFT of P tokens << P decode passes
+    # the answer, modelled: TTFT of P tokens costs ~P / (2 x balance) decode passes in fp32, << P
+    assert 1 < f["bound_ratio"] < f["P"] / 4
+    assert f["bound_ratio"] == pytest.approx(f["ttft_over_tpot_predicted"], rel=0.5)
 
 
 def check_06(f: dict) -> None:
-    by_b = dict(zip(f["batches"], f["tokens_per_s_total"]))
-    lat = dict(zip(f["batches"], f["latency_s"]))
-    assert by_b[8] > by_b[1]  # total throughput at batch 8 above batch 1
-    assert lat[8] < 6 * lat[1]  # the batch-8 step costs far less than 8 batch-1 steps
-    # each user waits a bit longer
-    assert f["tokens_per_s_per_user"][-1] <= f["tokens_per_s_per_user"][0]
-    # intensity grows with the batch
+    # intensity grows with the batch (modelled)
     assert all(a <= b for a, b in zip(f["intensity"], f["intensity"][1:]))
     assert f["bounds"][0] == "memory" and f["knee"] is not None and f["knee"] > 1
+    # the answer, modelled: one batch-8 step costs far less than 8 batch-1 steps
+    assert 1 <= f["bound_ratio_8"] < 8
 
 
 def check_07(f: dict) -> None:
-    assert f["greedy_equal"]  # speculative greedy output == target greedy output
+    # speculative greedy output == target greedy output (exact in fp32; see the notebook for bf16)
+    assert f["greedy_equal"] or f["dtype"] != "float32"
     assert f["greedy_rounds"] <= f["greedy_tokens"]  # never more target passes than tokens
     assert 0 <= f["alpha_greedy"] <= 1 and f["tokens_per_round_greedy"] >= 1
     assert f["tv_spec"] < 2.5 * f["tv_noise_expected"] + 0.02, (
         "speculative samples follow the target's p"
     )
-    for row in f["bench"]:
-        assert row["measured"] > 0 and row["predicted"] > 0 and 0 < row["c"]
+    # the figures the text quotes (alpha 0.7, k 4, c 0.1), from the modelled formulas
+    assert round(f["example_tokens_per_round"], 1) == 2.8 and round(f["example_speedup"]) == 2
 
 
 def check_08(f: dict) -> None:
-    assert all(n == f["completed"]["continuous"] for n in f["completed"].values())
-    ttft = f["p99_ttft_ms"]
-    assert ttft["continuous"] < ttft["sequential"], "continuous answers before a FCFS queue"
-    assert f["best_engine"] in ttft
-    assert f["rate_throughput"][-1] > f["rate_throughput"][0], "a higher rate buys throughput"
-    assert f["rate_median_ttft_ms"][-1] > f["rate_median_ttft_ms"][0], "and costs latency"
+    assert all(n == f["requests"] for n in f["completed"].values()), "every engine serves them all"
+    assert all(lens == [f["output"]] * f["requests"] for lens in f["output_lens"].values())
+    assert f["rate_completed"] == [f["requests"]] * len(f["rates"]), "every rate serves them all"
     assert f["knee"] is None or f["knee"] in f["rates"]
-    assert f["long_len"] > 200 and f["stalled_gaps"] > 0
-    assert f["itl_during_ms"] > f["itl_other_ms"], "a long prefill stalls everyone decoding"
+    assert f["long_len"] > 200 and f["stalled_gaps"] > 0  # gaps that overlapped the long prefill
 
 
 def check_09(f: dict) -> None:
@@ -254,29 +254,28 @@ def check_09(f: dict) -> None:
         [1.0, 1.0, 1.0], rel=1e-9
     )  # floors + overhead = latency
     assert all(0 < u <= 1 for u in f["mbu"] + f["mfu"])
-    assert f["python_share_small"] > 0.25 > f["python_share_big"], "overhead shows as Python"
-    assert f["coverage"] >= 0.9
     assert "overhead" in f["map_regimes"]
     assert f["heldout_after"] < f["heldout_before"], "calibration predicts held-out steps better"
     assert f["lens_last_vs_step"] < 1e-4  # the lens at the last layer is the model's output
     assert f["attention_row_sums"] == pytest.approx([1.0] * len(f["attention_row_sums"]), abs=1e-4)
+    # the answer's arithmetic: P / 2 FLOPs per weight byte in fp32 for the layers; the output head,
+    # read in full for the last position only, pulls the whole pass below that
+    assert f["prefill"] / 4 < f["prefill_flops_per_byte"] <= f["prefill"] / 2
 
 
 def check_10(f: dict) -> None:
-    # per byte, the small model's step is slower: a fixed per-step overhead the 0.5B shape hides
-    assert f["big_eager_gbps"] > 1.2 * f["small_eager_gbps"], "memory-bound vs overhead-bound"
     assert f["int8_bytes_ratio_big"] < 0.3 and f["int8_bytes_ratio_small"] < 0.35, (
         "~1/4 the weights"
     )
-    assert f["int8_speedup_big"] > 1, "fewer bytes pay on the memory-bound shape (fbgemm kernel)"
-    assert f["int8_speedup_big"] > f["int8_speedup_small"], "and pay most where bytes are the wait"
     assert f["compile_s"] is not None and f["compile_s"] > 0, "compile time reported apart"
     assert f["static_greedy_equal"] and f["lookup_greedy_equal"], "lossless rungs are lossless"
-    assert f["prefix_ttft_speedup"] > 1
     assert abs(f["ppl_int8"] / f["ppl_fp32"] - 1) < 0.02, "int8 costs < 2% perplexity"
     assert all(p is None or p != p for p in f["big_perplexity"]), "no perplexity for random weights"
     assert f["step_weights"][0] == "fp32" and f["step_weights"][1].startswith("int8")
     assert f["int4_skipped"] is None or "int4" in f["int4_skipped"]
+    assert "static+compile" not in f["big_rungs"], (
+        "the text says compile was not run on the 0.5B shape"
+    )
 
 
 def check_11(f: dict) -> None:
@@ -334,9 +333,12 @@ def test_notebook_structure(path: Path):
     assert sum(1 for line in summary.splitlines() if line.startswith("- ")) == 3, (
         "a three-line summary"
     )
-    assert MARKER in code[-1].source
     sources = "\n".join(c.source for c in code)
     assert "import explorer" in sources
+    assert re.search(r"^facts = \{\}", sources, re.M), "the facts dict the test reads (FACTS_CELL)"
+    assert MARKER not in sources, (
+        "the test prints the facts (FACTS_CELL): keep them out of the student's view"
+    )
 
 
 @pytest.fixture

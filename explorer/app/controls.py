@@ -19,7 +19,7 @@ LABEL = W.Layout(width="250px")
 STYLE = {"description_width": "110px"}
 
 
-def cls(widget: W.Widget, name: str) -> W.Widget:
+def tagged(widget: W.Widget, name: str) -> W.Widget:
     """Tag a widget with the CSS class ie-<name> (tests and the browser find it by that)."""
     widget.add_class(f"ie-{name}")
     return widget
@@ -27,7 +27,7 @@ def cls(widget: W.Widget, name: str) -> W.Widget:
 
 def stop_button(name: str, tooltip: str, on_click) -> W.Button:
     """A background run's Stop button (off until the run starts), tagged ie-<name>."""
-    button = cls(W.Button(description="Stop", icon="stop", disabled=True, tooltip=tooltip), name)
+    button = tagged(W.Button(description="Stop", icon="stop", disabled=True, tooltip=tooltip), name)
     button.on_click(lambda _: on_click())
     return button
 
@@ -68,7 +68,7 @@ def control(spec: Spec, value, name: str) -> W.Widget:
         widget = W.IntText(value=value, **kw)
     else:
         widget = W.FloatText(value=value, step=spec.step or 0.1, **kw)
-    return cls(widget, name)
+    return tagged(widget, name)
 
 
 def read_control(field: str, spec: Spec, widget: W.Widget):
@@ -147,13 +147,13 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
     options = list(models) + ([CUSTOM_MODEL] if free_text else [])
     value = rs.model if rs.model in models else (CUSTOM_MODEL if free_text else models[0])
     parts = {
-        "model": cls(
+        "model": tagged(
             W.Dropdown(
                 options=options, value=value, description="model", layout=LABEL, style=STYLE
             ),
             "model",
         ),
-        "prompt": cls(
+        "prompt": tagged(
             W.Textarea(
                 value=rs.prompt,
                 description="prompt",
@@ -180,7 +180,7 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
             layout=LABEL,
             style=STYLE,
         )
-        parts["model-custom"] = cls(custom, "model-custom")
+        parts["model-custom"] = tagged(custom, "model-custom")
     return parts
 
 
@@ -201,7 +201,7 @@ def engine_controls(rs: RunSettings) -> dict[str, W.Widget]:
     drop = dict(layout=LABEL, style=STYLE)
     weights = list(WEIGHTS_OFFERED) + ([rs.weights] if rs.weights not in WEIGHTS_OFFERED else [])
     return {
-        "cache-type": cls(
+        "cache-type": tagged(
             W.Dropdown(
                 options=["dynamic", "static"],
                 value=rs.cache_type,
@@ -211,7 +211,7 @@ def engine_controls(rs: RunSettings) -> dict[str, W.Widget]:
             ),
             "cache-type",
         ),
-        "compile": cls(
+        "compile": tagged(
             W.Checkbox(
                 value=rs.compile,
                 description="torch.compile the decode step",
@@ -220,7 +220,7 @@ def engine_controls(rs: RunSettings) -> dict[str, W.Widget]:
             ),
             "compile",
         ),
-        "weights": cls(
+        "weights": tagged(
             W.Dropdown(
                 options=weights,
                 value=rs.weights,
@@ -242,7 +242,7 @@ def button(
 ) -> W.Button:
     """A Button tagged ie-<name> (width None: as wide as its label)."""
     layout = W.Layout(width=width) if width else W.Layout()
-    return cls(
+    return tagged(
         W.Button(description=label, icon=icon, button_style=style, tooltip=tip, layout=layout), name
     )
 
@@ -308,7 +308,7 @@ def labelled(parts: dict, prefix: str, label_width: str = "100px"):
             style={"description_width": label_width},
             **kw,
         )
-        parts[f"{prefix}-{name}"] = cls(w, f"{prefix}-{name}")
+        parts[f"{prefix}-{name}"] = tagged(w, f"{prefix}-{name}")
         return w
 
     return box

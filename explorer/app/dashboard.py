@@ -25,7 +25,7 @@ from dataclasses import replace as dc_replace
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app import controls as C
+from explorer.app import controls
 from explorer.app.export import trace_csv, trace_json
 from explorer.app.guard import Guard, on_engine_thread
 from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, refit, resync
@@ -78,7 +78,7 @@ class Dashboard:
         if lm is not None:
             self._models[lm.info.name] = lm
         name = model or (lm.info.name if lm is not None else self._default_model())
-        self.run_settings = C.RunSettings(
+        self.run_settings = controls.RunSettings(
             model=name,
             prompt=prompt,
             use_cache=use_cache,
@@ -141,11 +141,11 @@ class Dashboard:
             Liveness()
         )  # a banner if the kernel behind the page goes quiet (killed, culled)
         self.guard = Guard(self.message, on_finish=self._refresh_controls)
-        self.sampling_parts = C.sampling_controls(sampling)
-        self.run_parts = C.session_controls(
+        self.sampling_parts = controls.sampling_controls(sampling)
+        self.run_parts = controls.session_controls(
             self._model_names(), self.run_settings, free_text=not self.shared
         )
-        self.button_parts = C.buttons()
+        self.button_parts = controls.buttons()
         self.step_count = W.HTML(value="step 0")
         self.step_count.add_class("ie-step-count")
         self.color_toggle = W.ToggleButtons(
@@ -210,30 +210,30 @@ class Dashboard:
                 refit(fig)
 
     def _layout(self) -> None:
-        sp, rp, bp = self.sampling_parts, self.run_parts, self.button_parts
-        model_box = [rp["model"]] + ([rp["model-custom"]] if "model-custom" in rp else [])
+        sampling, run, buttons = self.sampling_parts, self.run_parts, self.button_parts
+        model_box = [run["model"]] + ([run["model-custom"]] if "model-custom" in run else [])
         side = W.VBox(
             [
                 W.HTML("<b>Model and prompt</b>"),
                 *model_box,
-                rp["prompt"],
-                rp["cache"],
-                rp["batch"],
-                rp["top-n"],
-                rp["max-tokens"],
-                rp["stop-eos"],
+                run["prompt"],
+                run["cache"],
+                run["batch"],
+                run["top-n"],
+                run["max-tokens"],
+                run["stop-eos"],
                 W.HTML("<b>Engine</b> (the optimisation ladder)"),
-                rp["cache-type"],
-                rp["compile"],
-                rp["weights"],
+                run["cache-type"],
+                run["compile"],
+                run["weights"],
                 W.HTML("<b>Sampling</b> (applies from the next step)"),
-                sp["temperature"],
-                sp["top-k"],
-                sp["top-p"],
-                sp["min-p"],
-                sp["repetition-penalty"],
-                sp["seed"],
-                sp["greedy"],
+                sampling["temperature"],
+                sampling["top-k"],
+                sampling["top-p"],
+                sampling["min-p"],
+                sampling["repetition-penalty"],
+                sampling["seed"],
+                sampling["greedy"],
             ],
             layout=W.Layout(width="270px", min_width="270px"),
         )
@@ -243,11 +243,11 @@ class Dashboard:
         self.strip_box.add_class("ie-strip")
         bar = W.HBox(
             [
-                bp["step"],
-                bp["play"],
-                bp["pause"],
-                bp["rewind"],
-                bp["reset"],
+                buttons["step"],
+                buttons["play"],
+                buttons["pause"],
+                buttons["rewind"],
+                buttons["reset"],
                 self.step_count,
                 self.color_toggle,
                 self.inspect,
@@ -287,12 +287,12 @@ class Dashboard:
             self.parts.update(t.parts)
 
     def _wire(self) -> None:
-        g, bp = self.guard, self.button_parts
-        bp["step"].on_click(g.action("Step", lambda _: self.step()))
-        bp["play"].on_click(lambda _: self.play())
-        bp["pause"].on_click(lambda _: self.pause())
-        bp["rewind"].on_click(g.action("Rewind", lambda _: self.rewind()))
-        bp["reset"].on_click(g.action("Reset", lambda _: self.reset()))
+        g, buttons = self.guard, self.button_parts
+        buttons["step"].on_click(g.action("Step", lambda _: self.step()))
+        buttons["play"].on_click(lambda _: self.play())
+        buttons["pause"].on_click(lambda _: self.pause())
+        buttons["rewind"].on_click(g.action("Rewind", lambda _: self.rewind()))
+        buttons["reset"].on_click(g.action("Reset", lambda _: self.reset()))
         for widget in self.sampling_parts.values():
             widget.observe(self._on_sampling, names="value")
         for widget in self.run_parts.values():
@@ -369,8 +369,8 @@ class Dashboard:
 
     def reset(self) -> None:
         """A new session with the current controls (the old one is kept if building the new one fails)."""
-        rs = C.read_run_settings(self.run_parts)
-        self._swap(self._build_session(rs, C.read_sampling(self.sampling_parts)), rs)
+        rs = controls.read_run_settings(self.run_parts)
+        self._swap(self._build_session(rs, controls.read_sampling(self.sampling_parts)), rs)
         self.guard.say("New session: press Step or Play.", "ok")
 
     def branch(self, step_index: int, token_id: int):
@@ -509,11 +509,11 @@ class Dashboard:
 
     def _apply_sampling(self) -> None:
         try:
-            sampling = C.read_sampling(self.sampling_parts)
+            sampling = controls.read_sampling(self.sampling_parts)
             self.session.set_sampling(sampling)
         except Exception:
             self._write_quietly(
-                lambda: C.write_sampling(self.sampling_parts, self.session.sampling)
+                lambda: controls.write_sampling(self.sampling_parts, self.session.sampling)
             )
             raise
         self.guard.say(
@@ -524,7 +524,7 @@ class Dashboard:
         if self._quiet:
             return
         if (
-            self.run_parts["model"].value == C.CUSTOM_MODEL
+            self.run_parts["model"].value == controls.CUSTOM_MODEL
             and not self.run_parts.get("model-custom").value.strip()
         ):
             self.guard.say(
@@ -533,12 +533,14 @@ class Dashboard:
             )
             return
         if self.guard.busy:
-            self._write_quietly(lambda: C.write_run_settings(self.run_parts, self.run_settings))
+            self._write_quietly(
+                lambda: controls.write_run_settings(self.run_parts, self.run_settings)
+            )
         self.guard.call("Changing the model or session settings", self._apply_run_settings)
 
     def _apply_run_settings(self) -> None:
         try:
-            rs = C.read_run_settings(self.run_parts)
+            rs = controls.read_run_settings(self.run_parts)
             if rs.model not in self._models:
                 self.guard.say(f"Loading {rs.model}…", "busy")
             elif rs.compile:
@@ -547,7 +549,9 @@ class Dashboard:
                 )
             session = self._build_session(rs, self.session.sampling)
         except Exception:
-            self._write_quietly(lambda: C.write_run_settings(self.run_parts, self.run_settings))
+            self._write_quietly(
+                lambda: controls.write_run_settings(self.run_parts, self.run_settings)
+            )
             raise
         old, old_rs = self.session, self.run_settings
         if rs.use_cache != old_rs.use_cache and old.steps:
@@ -567,7 +571,7 @@ class Dashboard:
 
     # --- sessions and models -----------------------------------------------------------------------------
 
-    def _build_session(self, rs: C.RunSettings, sampling: Sampling):
+    def _build_session(self, rs: controls.RunSettings, sampling: Sampling):
         """A new Session for `rs` (touches nothing of the current one; raises on any problem)."""
         from explorer.engine import Session
 
@@ -602,7 +606,7 @@ class Dashboard:
         self._models = {**keep, name: lm}
         return lm
 
-    def _swap(self, session, rs: C.RunSettings) -> None:
+    def _swap(self, session, rs: controls.RunSettings) -> None:
         """Make `session` current and redraw everything from it."""
         self.session, self.run_settings = session, rs
         self.selected = None
@@ -800,7 +804,7 @@ def _shared_config(shared: bool | None, allowed: list[str] | None) -> tuple[bool
     if shared is None:
         shared = os.environ.get("EXPLORER_SHARED", "").strip().lower() in ("1", "true", "yes", "on")
     if allowed is None and os.environ.get("EXPLORER_MODELS_CONFIG"):
-        from explorer.app.voila.serve import read_models_config
+        from explorer.app.voila.config import read_models_config
 
         allowed = read_models_config(os.environ["EXPLORER_MODELS_CONFIG"])
     if allowed is not None:
@@ -865,7 +869,7 @@ def _compiled_note(session) -> str:
     return f"; compiled in {c['compile_s']:.1f} s, kept out of every step's latency"
 
 
-def _what_changed(old: C.RunSettings, new: C.RunSettings) -> str:
+def _what_changed(old: controls.RunSettings, new: controls.RunSettings) -> str:
     names = {
         "model": "model",
         "prompt": "prompt",

@@ -37,7 +37,7 @@ def _spec(builder: Callable[..., go.Figure], args: tuple) -> dict:
 def figure_widget(builder: Callable[..., go.Figure], *args) -> go.FigureWidget:
     """A FigureWidget of plots.<builder>(*args), layout in the constructor. The built figure is cached per
     process as a dict (make_subplots figures take ~0.1-0.2 s to build; a widget from the dict ~20 ms)."""
-    from explorer.app.voila.serve import (
+    from explorer.app.voila.assets import (
         figure_widget_class,  # under `explorer app`: plotly's JS fetched once per page
     )
 

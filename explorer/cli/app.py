@@ -68,7 +68,8 @@ def _add_app(sub) -> None:
 
 
 def _cmd_app(args) -> int:
-    from explorer.app.voila.serve import AppConfig, serve
+    from explorer.app.voila.config import AppConfig
+    from explorer.app.voila.serve import serve
 
     config = AppConfig(
         port=args.port,

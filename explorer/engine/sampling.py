@@ -195,13 +195,13 @@ def choose_token(
     probs = final_logits.float().softmax(dim=-1)  # [B, V]
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)
     cdf = sorted_p.cumsum(dim=-1)  # [B, V]
-    uu = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64).to(
+    uniforms = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64).to(
         probs.device
     )  # [B]
-    thresholds = uu.to(cdf.dtype).unsqueeze(-1) * cdf[:, -1:]
+    thresholds = uniforms.to(cdf.dtype).unsqueeze(-1) * cdf[:, -1:]
     pos = torch.searchsorted(cdf, thresholds, right=True).squeeze(-1)
     pos = torch.minimum(pos, (sorted_p > 0).sum(dim=-1) - 1)  # never land on a filtered token
-    u = uu.tolist()
+    u = uniforms.tolist()
     tokens = order.gather(1, pos.unsqueeze(-1)).squeeze(-1)
     hi = cdf.gather(1, pos.unsqueeze(-1)).squeeze(-1)
     lo = hi - sorted_p.gather(1, pos.unsqueeze(-1)).squeeze(-1)

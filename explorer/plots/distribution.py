@@ -11,6 +11,93 @@ from plotly.subplots import make_subplots
 from explorer.engine.trace import Step
 from explorer.plots.common import Columns, _arr, _layout, _objs, _style_axes, replace, show_token
 
+PANEL_TITLES = (  # short: each title must fit its panel in a narrow column (JupyterLab)
+    "top-n: raw (grey), final (blue)",
+    "stages: mass kept",
+    "draw vs final CDF",
+)
+
+
+def distribution_traces() -> dict[str, tuple[int, go.Bar | go.Scatter]]:
+    """The figure's traces, empty, by name (the keys of distribution_columns), each with its panel."""
+    hover = dict(hovertext=[], hoverinfo="text", showlegend=False)
+    silent = dict(hoverinfo="skip", showlegend=False)
+    bar_ids = dict(x=[], y=[], customdata=[], **hover)
+    return {
+        "raw": (1, go.Bar(name="raw", marker=dict(color="#b0b0b0"), **bar_ids)),
+        "final": (
+            1,
+            go.Bar(
+                name="final",
+                marker=dict(color="#1f77b4", line=dict(color="#111", width=[])),
+                **bar_ids,
+            ),
+        ),
+        "stages": (
+            2,
+            go.Bar(
+                name="stages",
+                x=[],
+                y=[],
+                text=[],
+                textposition="outside",
+                marker=dict(color="#55a868"),
+                **hover,
+            ),
+        ),
+        "cdf": (
+            3,
+            go.Scatter(
+                name="cdf",
+                x=[],
+                y=[],
+                mode="lines+markers",
+                line=dict(shape="hv", color="#1f77b4"),
+                **hover,
+            ),
+        ),
+        "chosen band": (
+            3,
+            go.Scatter(
+                name="chosen band",
+                x=[],
+                y=[],
+                mode="lines",
+                line=dict(color="#d62728", width=8),
+                **silent,
+            ),
+        ),
+        "u": (
+            3,
+            go.Scatter(
+                name="u",
+                x=[],
+                y=[],
+                mode="lines+text",
+                text=[],
+                textposition="top right",
+                line=dict(color="#d62728", dash="dash"),
+                **silent,
+            ),
+        ),
+    }
+
+
+def distribution_layout(titled: bool, height: int) -> dict:
+    """The figure's layout: the house style, the title (or none), the margins."""
+    title = (
+        dict(text="Next-token distribution", font=dict(size=14), y=0.98, yanchor="top")
+        if titled
+        else None
+    )
+    return _layout(
+        height=height if titled else height - 5,
+        barmode="group",
+        clickmode="event",
+        title=title,
+        margin=dict(l=60, r=20, t=95 if titled else 50, b=60 if titled else 100),
+    )
+
 
 def distribution_figure(titled: bool = True, *, height: int = 360) -> go.Figure:
     """Three panels for one step: top-n bars (raw vs final), the stage waterfall, the draw on the CDF.
@@ -23,113 +110,12 @@ def distribution_figure(titled: bool = True, *, height: int = 360) -> go.Figure:
         cols=3,
         column_widths=[0.52, 0.22, 0.26],
         horizontal_spacing=0.07,
-        # short: each title must fit its panel in a narrow column (JupyterLab)
-        subplot_titles=(
-            "top-n: raw (grey), final (blue)",
-            "stages: mass kept",
-            "draw vs final CDF",
-        ),
+        subplot_titles=PANEL_TITLES,
     )
-    fig.add_trace(
-        go.Bar(
-            name="raw",
-            x=[],
-            y=[],
-            customdata=[],
-            hovertext=[],
-            hoverinfo="text",
-            marker=dict(color="#b0b0b0"),
-            showlegend=False,
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            name="final",
-            x=[],
-            y=[],
-            customdata=[],
-            hovertext=[],
-            hoverinfo="text",
-            marker=dict(color="#1f77b4", line=dict(color="#111", width=[])),
-            showlegend=False,
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            name="stages",
-            x=[],
-            y=[],
-            text=[],
-            textposition="outside",
-            hovertext=[],
-            hoverinfo="text",
-            marker=dict(color="#55a868"),
-            showlegend=False,
-        ),
-        row=1,
-        col=2,
-    )
-    fig.add_trace(
-        go.Scatter(
-            name="cdf",
-            x=[],
-            y=[],
-            mode="lines+markers",
-            line=dict(shape="hv", color="#1f77b4"),
-            hovertext=[],
-            hoverinfo="text",
-            showlegend=False,
-        ),
-        row=1,
-        col=3,
-    )
-    fig.add_trace(
-        go.Scatter(
-            name="chosen band",
-            x=[],
-            y=[],
-            mode="lines",
-            line=dict(color="#d62728", width=8),
-            hoverinfo="skip",
-            showlegend=False,
-        ),
-        row=1,
-        col=3,
-    )
-    fig.add_trace(
-        go.Scatter(
-            name="u",
-            x=[],
-            y=[],
-            mode="lines+text",
-            text=[],
-            textposition="top right",
-            line=dict(color="#d62728", dash="dash"),
-            hoverinfo="skip",
-            showlegend=False,
-        ),
-        row=1,
-        col=3,
-    )
+    for col, trace in distribution_traces().values():
+        fig.add_trace(trace, row=1, col=col)
     _style_axes(fig)
-    title = (
-        dict(text="Next-token distribution", font=dict(size=14), y=0.98, yanchor="top")
-        if titled
-        else None
-    )
-    fig.update_layout(
-        **_layout(
-            height=height if titled else height - 5,
-            barmode="group",
-            clickmode="event",
-            title=title,
-            margin=dict(l=60, r=20, t=95 if titled else 50, b=60 if titled else 100),
-        )
-    )
+    fig.update_layout(**distribution_layout(titled, height))
     fig.update_yaxes(title_text="probability", range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="mass kept", range=[0, 1.15], row=1, col=2)
     fig.update_yaxes(title_text="cumulative final p", range=[0, 1.05], row=1, col=3)

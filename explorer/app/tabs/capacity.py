@@ -17,7 +17,7 @@ import html
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import cls, labelled
+from explorer.app.controls import labelled, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
 
@@ -52,7 +52,7 @@ class CapacityTab(Tab):
         self.price = box(W.FloatText, "price", 2.5, "$ / GPU-hour")
         self.bw_eff = box(W.FloatText, "bw-eff", 0.75, "bandwidth eff.")
         self.flop_eff = box(W.FloatText, "flop-eff", 0.6, "FLOP eff.")
-        self.run_button = cls(
+        self.run_button = tagged(
             W.Button(
                 description="Run",
                 icon="play",
@@ -70,7 +70,7 @@ class CapacityTab(Tab):
             "420px",
             placeholder="a vllm bench serve --save-result file (or ours)",
         )
-        self.compare_button = cls(
+        self.compare_button = tagged(
             W.Button(
                 description="Compare",
                 icon="balance-scale",
@@ -79,10 +79,10 @@ class CapacityTab(Tab):
             "cap-compare",
         )
         self.compare_button.on_click(lambda _: self.dash.guard.call("the comparison", self.compare))
-        self.answer = cls(W.HTML(value=""), "cap-answer")
+        self.answer = tagged(W.HTML(value=""), "cap-answer")
         self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
         self.chart.add_class("ie-cap-chart")
-        self.comparison = cls(W.HTML(value=""), "cap-comparison")
+        self.comparison = tagged(W.HTML(value=""), "cap-comparison")
         self.parts.update(
             {
                 "cap-run": self.run_button,

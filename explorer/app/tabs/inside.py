@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import button, cls
+from explorer.app.controls import button, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
 
@@ -41,7 +41,7 @@ class InsideTab(Tab):
             "inside-attention-run", "Attention", "eye", width=None,
             tip="the newest token's attention over the context (one eager pass)",
         )  # fmt: skip
-        self.head = cls(
+        self.head = tagged(
             W.Dropdown(
                 options=HEAD_AGGREGATES,
                 value="mean",
@@ -56,7 +56,7 @@ class InsideTab(Tab):
             lambda ch: dash.guard.call("Picking a head", self.show_attention, while_busy=True),
             names="value",
         )
-        self.text = cls(W.HTML(), "inside-text")
+        self.text = tagged(W.HTML(), "inside-text")
         self.parts = {
             **self.charts,
             "inside-lens-run": self.lens_button,

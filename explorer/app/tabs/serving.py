@@ -16,7 +16,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import cls, labelled, stop_button
+from explorer.app.controls import labelled, stop_button, tagged
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
@@ -70,7 +70,7 @@ class ServingTab(Tab):
         self.kv_blocks = box(W.IntText, "kv-blocks", 256, "KV blocks")
         self.page_size = box(W.IntText, "page-size", 32, "block tokens")
         self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs (ms)", "260px")
-        self.run_button = cls(
+        self.run_button = tagged(
             W.Button(
                 description="Run",
                 icon="play",
@@ -83,7 +83,7 @@ class ServingTab(Tab):
             "serve-stop", "stop the run (finished requests are kept)", self.stop
         )
         self.run_button.on_click(lambda _: self.start())
-        self.summary = cls(W.HTML(value=""), "serve-summary")
+        self.summary = tagged(W.HTML(value=""), "serve-summary")
         self.charts = {}
         for key, title in VIEWS:
             chart = figure_widget(plots.placeholder_figure, title)

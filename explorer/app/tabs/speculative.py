@@ -14,7 +14,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from explorer import plots
-from explorer.app.controls import cls
+from explorer.app.controls import tagged
 from explorer.app.guard import on_engine_thread
 from explorer.app.tabs import Tab, register
 from explorer.app.views import LiveChart, figure_widget
@@ -35,66 +35,11 @@ class SpeculativeTab(Tab):
         self._key = None  # (target, draft, prompt, k) the session was built for
         self._thread: threading.Thread | None = None
         self._alpha_counts: dict = {}
-        names = dash._model_names()
-        draft = "bundled:draft" if "bundled:draft" in names else names[0]
-        self.draft = cls(
-            W.Dropdown(
-                options=[*names, PROMPT_LOOKUP],
-                value=draft,
-                description="draft model",
-                layout=W.Layout(width="280px"),
-            ),
-            "spec-draft",
-        )
-        self.k = cls(
-            W.IntText(
-                value=4,
-                description="k (drafts)",
-                continuous_update=False,
-                layout=W.Layout(width="170px"),
-            ),
-            "spec-k",
-        )
-        self.round_button = cls(
-            W.Button(
-                description="Round",
-                icon="step-forward",
-                button_style="primary",
-                tooltip="one round: k draft passes, one verify pass",
-            ),
-            "spec-step",
-        )
-        self.run_button = cls(
-            W.Button(
-                description=f"Run {RUN_TOKENS} tokens",
-                icon="forward",
-                layout=W.Layout(width="auto"),
-            ),
-            "spec-run",
-        )
-        self.reset_button = cls(W.Button(description="Reset", icon="refresh"), "spec-reset")
-        self.bench_button = cls(
-            W.Button(
-                description="Benchmark k = 1..k",
-                icon="tachometer",
-                layout=W.Layout(width="auto"),
-                tooltip="predicted vs measured speedup against target-only decoding",
-            ),
-            "spec-bench",
-        )
-        self.progress = cls(
-            W.IntProgress(
-                value=0, min=0, max=1, description="benchmark", layout=W.Layout(width="320px")
-            ),
-            "spec-progress",
-        )
-        self.status = cls(
-            W.HTML(
-                value="Press Round: the draft proposes k tokens, the target verifies them in "
-                "one pass."
-            ),
-            "spec-status",
-        )
+        controls = speculative_controls(dash._model_names())
+        self.draft, self.k = controls["spec-draft"], controls["spec-k"]
+        self.round_button, self.run_button = controls["spec-step"], controls["spec-run"]
+        self.reset_button, self.bench_button = controls["spec-reset"], controls["spec-bench"]
+        self.progress, self.status = controls["spec-progress"], controls["spec-status"]
         self.rounds = LiveChart(
             figure_widget(plots.rounds_figure), plots.rounds_columns, "spec-rounds"
         )
@@ -103,45 +48,24 @@ class SpeculativeTab(Tab):
             lambda rs: plots.alpha_columns(rs, self._alpha_counts),
             "spec-alpha",
         )
-        self.hist = figure_widget(plots.accepted_histogram_figure)
-        self.hist.add_class("ie-spec-hist")
-        self.speedup = figure_widget(plots.speedup_figure)
-        self.speedup.add_class("ie-spec-speedup")
-        g = dash.guard
-        self.round_button.on_click(g.action("A speculative round", lambda _: self.step()))
-        self.run_button.on_click(g.action("Speculative run", lambda _: self.run(RUN_TOKENS)))
-        self.reset_button.on_click(g.action("Speculative reset", lambda _: self.reset()))
-        self.bench_button.on_click(lambda _: self.start_benchmark())
-        self.widget = W.VBox(
-            [
-                W.HTML(
-                    "<b>Speculative decoding</b>: the draft proposes, the target checks all proposals in one pass; "
-                    "the output is distributed exactly as the target's own samples."
-                ),
-                W.HBox([self.draft, self.k, self.round_button, self.run_button, self.reset_button]),
-                self.status,
-                self.rounds.fig,
-                W.HBox([self.alpha.fig, self.hist]),
-                W.HBox([self.bench_button, self.progress]),
-                self.speedup,
-            ]
-        )
-        self.widget.add_class("ie-speculative")
+        self.hist = tagged(figure_widget(plots.accepted_histogram_figure), "spec-hist")
+        self.speedup = tagged(figure_widget(plots.speedup_figure), "spec-speedup")
         self.parts = {
-            "spec-draft": self.draft,
-            "spec-k": self.k,
-            "spec-step": self.round_button,
-            "spec-run": self.run_button,
-            "spec-reset": self.reset_button,
-            "spec-bench": self.bench_button,
-            "spec-progress": self.progress,
-            "spec-status": self.status,
+            **controls,
             "spec-rounds": self.rounds.fig,
             "spec-alpha": self.alpha.fig,
             "spec-hist": self.hist,
             "spec-speedup": self.speedup,
-            "speculative": self.widget,
         }
+        self.widget = self.parts["speculative"] = speculative_page(self.parts)
+        self._wire(dash.guard)
+
+    def _wire(self, guard) -> None:
+        """The buttons call the tab's actions (through the guard: one action at a time)."""
+        self.round_button.on_click(guard.action("A speculative round", lambda _: self.step()))
+        self.run_button.on_click(guard.action("Speculative run", lambda _: self.run(RUN_TOKENS)))
+        self.reset_button.on_click(guard.action("Speculative reset", lambda _: self.reset()))
+        self.bench_button.on_click(lambda _: self.start_benchmark())
 
     # --- host hooks ---
 
@@ -307,6 +231,67 @@ class SpeculativeTab(Tab):
 
 
 PROMPT_LOOKUP = "prompt lookup (no draft model)"  # the draft copies n-gram continuations
+
+
+def speculative_controls(model_names: list[str]) -> dict[str, W.Widget]:
+    """The tab's controls by part name (each tagged with its CSS class ie-<name>)."""
+    draft = "bundled:draft" if "bundled:draft" in model_names else model_names[0]
+    options = [*model_names, PROMPT_LOOKUP]
+    widgets = {
+        "spec-draft": W.Dropdown(
+            options=options, value=draft, description="draft model", layout=W.Layout(width="280px")
+        ),
+        "spec-k": W.IntText(
+            value=4,
+            description="k (drafts)",
+            continuous_update=False,
+            layout=W.Layout(width="170px"),
+        ),
+        "spec-step": W.Button(
+            description="Round",
+            icon="step-forward",
+            button_style="primary",
+            tooltip="one round: k draft passes, one verify pass",
+        ),
+        "spec-run": W.Button(
+            description=f"Run {RUN_TOKENS} tokens", icon="forward", layout=W.Layout(width="auto")
+        ),
+        "spec-reset": W.Button(description="Reset", icon="refresh"),
+        "spec-bench": W.Button(
+            description="Benchmark k = 1..k",
+            icon="tachometer",
+            layout=W.Layout(width="auto"),
+            tooltip="predicted vs measured speedup against target-only decoding",
+        ),
+        "spec-progress": W.IntProgress(
+            value=0, min=0, max=1, description="benchmark", layout=W.Layout(width="320px")
+        ),
+        "spec-status": W.HTML(
+            value="Press Round: the draft proposes k tokens, the target verifies them in one pass."
+        ),
+    }
+    return {name: tagged(widget, name) for name, widget in widgets.items()}
+
+
+def speculative_page(parts: dict[str, W.Widget]) -> W.VBox:
+    """The tab's page laid out from its parts (controls and figures)."""
+    page = W.VBox(
+        [
+            W.HTML(
+                "<b>Speculative decoding</b>: the draft proposes, the target checks all proposals in one pass; "
+                "the output is distributed exactly as the target's own samples."
+            ),
+            W.HBox(
+                [parts[n] for n in ("spec-draft", "spec-k", "spec-step", "spec-run", "spec-reset")]
+            ),
+            parts["spec-status"],
+            parts["spec-rounds"],
+            W.HBox([parts["spec-alpha"], parts["spec-hist"]]),
+            W.HBox([parts["spec-bench"], parts["spec-progress"]]),
+            parts["spec-speedup"],
+        ]
+    )
+    return tagged(page, "speculative")
 
 
 def _check_k(k) -> int:

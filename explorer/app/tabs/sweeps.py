@@ -14,7 +14,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots, sweeps
-from explorer.app.controls import cls, stop_button
+from explorer.app.controls import stop_button, tagged
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
@@ -34,7 +34,7 @@ class SweepsTab(Tab):
         self.charts: dict[str, object] = {}
         self.boxes: dict[str, dict[str, object]] = {}  # sweep -> {param name: its Text box}
         self.names = sweeps.names()
-        self.repeats = cls(
+        self.repeats = tagged(
             W.IntText(
                 value=3,
                 description="repeats",
@@ -71,7 +71,7 @@ class SweepsTab(Tab):
         boxes = {}
         for i, box in enumerate(p for p in sweep.params if p.name != "repeats"):
             part = f"sweep-{sweep.name}-sizes" if i == 0 else f"sweep-{sweep.name}-{box.name}"
-            boxes[box.name] = cls(
+            boxes[box.name] = tagged(
                 W.Text(
                     value=box.default or "",
                     description=box.label,
@@ -83,15 +83,15 @@ class SweepsTab(Tab):
             )
             self.parts[part] = boxes[box.name]
         self.boxes[sweep.name] = boxes
-        run = cls(
+        run = tagged(
             W.Button(description="Run", icon="play", button_style="primary", tooltip=sweep.help),
             f"sweep-{sweep.name}-run",
         )
-        progress = cls(
+        progress = tagged(
             W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="260px")),
             f"sweep-{sweep.name}-progress",
         )
-        status = cls(W.HTML(value=sweep.help), f"sweep-{sweep.name}-status")
+        status = tagged(W.HTML(value=sweep.help), f"sweep-{sweep.name}-status")
         chart = figure_widget(plots.sweep_figure, sweep.name)
         chart.add_class(f"ie-sweep-{sweep.name}")
         run.on_click(lambda _: self.start(sweep.name))

@@ -18,7 +18,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots, sweeps
-from explorer.app.controls import button, cls, stop_button
+from explorer.app.controls import button, stop_button, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
 from explorer.costs import calibrate
@@ -65,7 +65,7 @@ class WhyTab(Tab):
         self.profile_button.on_click(
             lambda _: dash.guard.call("Profiling the step", self.run_profile)
         )
-        self.profile_text = cls(W.HTML(), "why-profile-text")
+        self.profile_text = tagged(W.HTML(), "why-profile-text")
         self.calibrate_button = button(
             "why-calibrate", "Calibrate", "sliders", width=None,
             tip="measure a small batch x context grid of this model and fit bandwidth, FLOP/s and "
@@ -75,11 +75,11 @@ class WhyTab(Tab):
         self.stop_button = stop_button(
             "why-calibrate-stop", "stop the calibration grid after its current cell", self._stop.set
         )
-        self.progress = cls(
+        self.progress = tagged(
             W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="200px")),
             "why-calibrate-progress",
         )
-        self.calibration_text = cls(
+        self.calibration_text = tagged(
             W.HTML("No calibration yet: predictions are the plain roofline bound."),
             "why-calibration-text",
         )

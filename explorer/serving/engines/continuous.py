@@ -192,40 +192,40 @@ class _Recorder:
     def __init__(self, mgr, feeder, iterations: list):
         self.mgr, self.feeder, self.iterations = mgr, feeder, iterations
         self.preempted = 0
-        self._bp = None
+        self._processor = None
 
     def attach(self) -> None:
         step = self.mgr._generation_step
 
         def recorded_step():
-            bp = self.mgr.batch_processor
-            if bp is not self._bp:
-                self._watch(bp)
-            batch = list(bp.inputs_and_outputs.requests_in_batch)
+            processor = self.mgr.batch_processor
+            if processor is not self._processor:
+                self._watch(processor)
+            batch = list(processor.inputs_and_outputs.requests_in_batch)
             t0 = time.perf_counter()
             step()
             t1 = time.perf_counter()
-            self._note(bp, batch, t0, t1)
+            self._note(processor, batch, t0, t1)
 
         self.mgr._generation_step = recorded_step
 
-    def _watch(self, bp) -> None:
+    def _watch(self, processor) -> None:
         """Count evictions: offload_requests() removes requests from the active set."""
-        self._bp = bp
-        offload = bp.offloading_manager.offload_requests
+        self._processor = processor
+        offload = processor.offloading_manager.offload_requests
 
         def counted():
-            before = len(bp.scheduler.active_requests)
+            before = len(processor.scheduler.active_requests)
             done = offload()
-            self.preempted += max(0, before - len(bp.scheduler.active_requests))
+            self.preempted += max(0, before - len(processor.scheduler.active_requests))
             return done
 
-        bp.offloading_manager.offload_requests = counted
+        processor.offloading_manager.offload_requests = counted
 
-    def _note(self, bp, batch, t0: float, t1: float) -> None:
+    def _note(self, processor, batch, t0: float, t1: float) -> None:
         q = [f.query_length for f in batch]
         decode = sum(1 for f in batch if f.query_length == 1 and f.state.generated_len() > 0)
-        cache = bp.cache
+        cache = processor.cache
         t = self.feeder.t0
         self.iterations.append(
             Iteration(
@@ -236,7 +236,7 @@ class _Recorder:
                 prefill_requests=len(batch) - decode,
                 prefill_tokens=sum(q) - decode,
                 batch_tokens=sum(q),
-                waiting=len(bp.scheduler.waiting_requests),
+                waiting=len(processor.scheduler.waiting_requests),
                 kv_blocks_used=round(cache.num_blocks * (1 - cache.compute_free_capacity())),
                 kv_blocks_total=cache.num_blocks,
                 preempted=self.preempted,

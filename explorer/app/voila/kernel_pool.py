@@ -1,0 +1,98 @@
+"""The kernel pool's culler: ExplorerKernelManager reclaims kernels whose tab has closed, and no others.
+
+    kernel_manager_class()   the class (built on first use: importing jupyter_server takes seconds)
+
+Voila 0.5 leaks a kernel whenever a tab closes (the page's shutdown beacon is refused), so the
+server runs with ExplorerKernelManager: idle kernels with no open tab are culled after
+`cull_idle_timeout` seconds, while pooled kernels, kernels with an open tab, and kernels that were
+handed to a page whose browser has not connected yet (for up to 2 minutes) are kept.
+
+The Voila server process loads this file by its path (see server.py): it imports nothing from explorer.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+
+def utcnow() -> datetime:
+    """Aware UTC now, as jupyter_server stamps kernel.last_activity."""
+    return datetime.now(timezone.utc)
+
+
+_MANAGER_CLASS = None
+
+
+def kernel_manager_class():
+    """ExplorerKernelManager (built on first use: importing jupyter_server takes seconds, kernels never need it)."""
+    global _MANAGER_CLASS
+    if _MANAGER_CLASS is not None:
+        return _MANAGER_CLASS
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+    from traitlets import Integer
+
+    class ExplorerKernelManager(AsyncMappingKernelManager):
+        """AsyncMappingKernelManager that reclaims kernels whose tab has closed, and no others.
+
+        Voila wraps this class with its preheating pool (which already protects pooled kernels). Added
+        here: the idle clock of a kernel restarts when its last tab disconnects, and a kernel handed to a
+        page whose browser has not connected yet gets max(cull_idle_timeout, connect_grace) seconds to
+        connect, counted from that moment or from its last activity (the notebook's render) if later.
+        The stock culler reclaims a kernel that idled in the pool for longer than the timeout in the
+        seconds between the page request and the widget connection, and one whose render took long on
+        a loaded machine: the page then never becomes interactive.
+        """
+
+        connect_grace = Integer(
+            120,
+            config=True,
+            help="Seconds a kernel handed to a page may wait for the browser's first connection.",
+        )
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self._ever_connected: set[str] = set()
+            self._unclaimed_since: dict = {}
+
+        def notify_connect(self, kernel_id: str) -> None:
+            self._ever_connected.add(kernel_id)
+            super().notify_connect(kernel_id)
+
+        def notify_disconnect(self, kernel_id: str) -> None:
+            super().notify_disconnect(kernel_id)
+            kernel = self._kernels.get(kernel_id)
+            if kernel is not None and self._kernel_connections.get(kernel_id, 0) == 0:
+                kernel.last_activity = utcnow()  # idle from the moment the last tab went away
+
+        async def cull_kernel_if_idle(self, kernel_id: str):
+            if kernel_id not in self._kernels:
+                return None
+            if kernel_id not in self._ever_connected:
+                # the grace runs from the later of: first seen outside the pool, last kernel activity (a
+                # kernel started cold for a page renders the notebook first; on a loaded machine that
+                # alone can take longer than the grace, and the browser connects only after it)
+                first = self._unclaimed_since.setdefault(kernel_id, utcnow())
+                since = max(first, _last_activity(self._kernels[kernel_id]) or first)
+                if utcnow() - since < timedelta(
+                    seconds=max(self.cull_idle_timeout, self.connect_grace)
+                ):
+                    return None
+            return await super().cull_kernel_if_idle(kernel_id)
+
+        async def shutdown_kernel(self, kernel_id: str, *args, **kwargs):
+            self._ever_connected.discard(kernel_id)
+            self._unclaimed_since.pop(kernel_id, None)
+            return await super().shutdown_kernel(kernel_id, *args, **kwargs)
+
+    _MANAGER_CLASS = ExplorerKernelManager
+    return _MANAGER_CLASS
+
+
+def _last_activity(kernel) -> datetime | None:
+    """kernel.last_activity, or None before it is set (reading the unset trait raises TraitError)."""
+    from traitlets import TraitError
+
+    try:
+        return getattr(kernel, "last_activity", None)
+    except TraitError:
+        return None
