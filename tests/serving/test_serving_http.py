@@ -18,7 +18,7 @@ import pytest
 from explorer.serving import ServingResult, Workload, format_summary, serve
 from explorer.serving.engines.http import ServerError
 
-TARGET = Path(__file__).resolve().parents[1] / "assets" / "models" / "target"
+TARGET = Path(__file__).resolve().parents[2] / "assets" / "models" / "target"
 CLI = Path(sys.executable).parent / "transformers"
 
 pytestmark = pytest.mark.slow
