@@ -11,16 +11,25 @@ bench/ (side-by-side benchmarks).
 """
 
 from explorer._version import __version__
-from explorer.engine.sampling import Sampling
-from explorer.engine.trace import Step, Trace, TraceFormatError
-from explorer.model import (
-    DeviceNotAvailableError,
-    LoadedModel,
-    ModelInfo,
-    ModelNotFoundError,
-    available_models,
-    load,
-)
+
+# Every name imports lazily (torch comes with the first one), so `import explorer` stays light and
+# the `explorer` command can answer Ctrl-C during start-up with one line (explorer.cli.main).
+_HOMES = {
+    "Sampling": "explorer.engine.sampling",
+    "Step": "explorer.engine.trace",
+    "Trace": "explorer.engine.trace",
+    "TraceFormatError": "explorer.engine.trace",
+    "DeviceNotAvailableError": "explorer.model",
+    "LoadedModel": "explorer.model",
+    "ModelInfo": "explorer.model",
+    "ModelNotFoundError": "explorer.model",
+    "available_models": "explorer.model",
+    "load": "explorer.model",
+    "Session": "explorer.engine",
+    "SpeculativeSession": "explorer.engine",
+    "PromptLookup": "explorer.engine",
+    "PrefixCache": "explorer.engine",
+}
 
 __all__ = [
     "DeviceNotAvailableError",
@@ -42,9 +51,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # Session / SpeculativeSession import lazily so `import explorer` stays light.
-    if name in ("Session", "SpeculativeSession", "PromptLookup", "PrefixCache"):
-        from explorer import engine
+    import importlib
 
-        return getattr(engine, name)
-    raise AttributeError(f"module 'explorer' has no attribute {name!r}")
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    try:  # a room (explorer.model, explorer.costs, ...) reached as an attribute
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError:
+        raise AttributeError(f"module 'explorer' has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -252,6 +252,106 @@ def wait_text_change(page, selector: str, old: str, timeout_s: float = 20.0) -> 
     return page.text_content(selector)
 
 
+# --- every tab: its main control, and what a person would see wrong --------------------------------
+
+# (tab title, picture name, buttons to press in order: part names). Sweeps runs its first inner page
+# (the KV cache sweep) at small sizes; Serving and Capacity run their defaults.
+TAB_TOUR = [
+    ("Latency", "latency", []),
+    ("Memory traffic", "traffic", []),
+    ("Roofline", "roofline", []),
+    ("Why this time?", "why", ["why-profile-run"]),
+    ("Inside", "inside", ["inside-lens-run", "inside-attention-run"]),
+    ("Sweeps", "sweeps", ["sweep-cache-run"]),
+    ("Serving", "serving", ["serve-run"]),
+    ("Capacity", "capacity", ["cap-run"]),
+    ("Speculative", "speculative", ["spec-run"]),
+    ("Export", "export", ["export-button"]),
+]
+PLACEHOLDERS = ("Run a workload to draw this view",)
+
+# Every plotly figure on the page that is shown: its axes' ranges (finite; a log axis within
+# 10^-12..10^12), whether each trace's finite points fall inside them, and any placeholder text left
+# in a chart that has data.
+FIGURE_PROBLEMS_JS = r"""(placeholders) => {
+    const out = [];
+    for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+        if (!gd._fullLayout || gd.offsetParent === null) continue;  // hidden (another tab)
+        const name = [...gd.closest('.jupyter-widgets, .widget-box, div').classList].join('.')
+            + ' ' + ((gd._fullLayout.title || {}).text || '');
+        const axes = Object.keys(gd._fullLayout).filter(k => /^[xy]axis\d*$/.test(k));
+        const hasData = (gd._fullData || []).some(t => (t.x && t.x.length) || (t.y && t.y.length));
+        for (const k of axes) {
+            const ax = gd._fullLayout[k];
+            if (!ax.visible || !ax.range) continue;
+            const [a, b] = ax.range.map(Number);
+            if (!isFinite(a) || !isFinite(b)) out.push(`${name}: ${k} range ${ax.range}`);
+            else if (ax.type === 'log' && (Math.abs(a) > 12 || Math.abs(b) > 12))
+                out.push(`${name}: ${k} log range 10^${a.toFixed(1)}..10^${b.toFixed(1)}`);
+        }
+        for (const t of gd._fullData || []) {
+            if (t.visible !== true || !['scatter', 'bar'].includes(t.type)) continue;
+            for (const dim of ['x', 'y']) {
+                const ax = gd._fullLayout[(t[dim + 'axis'] || dim).replace(/^([xy])/, '$1axis')];
+                const vals = t[dim];
+                if (!ax || !ax.range || !vals || !vals.length || ax.type === 'category') continue;
+                if (ax.autorange === false || ax.fixedrange) continue;  // a window chosen on purpose
+                const nums = [...vals].filter(v => v !== null && v !== undefined && v !== '')
+                    .map(Number).filter(v => isFinite(v) && (ax.type !== 'log' || v > 0));
+                if (!nums.length) continue;
+                const toAx = v => ax.type === 'log' ? Math.log10(v) : v;
+                const [lo, hi] = ax.range.map(Number).sort((p, q) => p - q);
+                const pad = (hi - lo) * 0.02 + 1e-9;
+                const mn = toAx(Math.min(...nums)), mx = toAx(Math.max(...nums));
+                if (mn < lo - pad || mx > hi + pad)
+                    out.push(`${name}: trace ${t.name} ${dim} ${mn}..${mx} outside ${lo}..${hi}`);
+            }
+        }
+        if (hasData) for (const a of gd._fullLayout.annotations || [])
+            if (placeholders.some(p => String(a.text).includes(p)))
+                out.push(`${name}: placeholder "${a.text}" left in a drawn chart`);
+    }
+    return out;
+}"""
+
+
+def figure_problems(page) -> list[str]:
+    """What is wrong with the shown figures (see FIGURE_PROBLEMS_JS); [] when nothing is."""
+    return page.evaluate(FIGURE_PROBLEMS_JS, list(PLACEHOLDERS))
+
+
+def open_tab(page, title: str) -> None:
+    page.locator(".lm-TabBar-tab", has_text=title).first.click()
+    wait_quiet(page, settle_ms=300)
+
+
+def press_and_wait(page, part: str, timeout_s: float = 240.0) -> None:
+    """Press button.ie-<part>, then wait until the run it started has finished (Step enabled
+    again: the dashboard turns it off while any run holds the busy flag) and the page is quiet."""
+    page.click(f"button.ie-{part}:not([disabled])", timeout=60000)
+    page.wait_for_timeout(300)
+    page.wait_for_selector(STEP_READY, timeout=timeout_s * 1000)
+    page.wait_for_selector(f"button.ie-{part}:not([disabled])", timeout=timeout_s * 1000)
+    wait_quiet(page, settle_ms=500)
+
+
+def shown_about(page) -> str:
+    """The explanation line of the selected tab ('' when it has none)."""
+    return page.evaluate(
+        """() => { const el = [...document.querySelectorAll('.ie-tab-about')]
+                       .find(e => e.offsetParent !== null);
+                   return el ? el.innerText.trim() : ''; }"""
+    )
+
+
+def collect_console_errors(page) -> list[str]:
+    """A list that fills with the page's console errors and uncaught exceptions from now on."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return errors
+
+
 # --- the server ----------------------------------------------------------------------------------
 
 

@@ -244,21 +244,32 @@ def test_dashboard_prompt_too_long_keeps_the_session(target):
     assert len(dash.session.steps) == n + 1
 
 
-def test_dashboard_stop_during_a_sweep_keeps_rows_and_session(target):
-    import time
+def test_dashboard_stop_during_a_sweep_keeps_rows_and_session(target, monkeypatch):
+    import threading
 
     from explorer.app import Dashboard
+    from explorer.sweeps import prefill_decode
 
+    real, measured, stopped = prefill_decode._rows, threading.Event(), threading.Event()
+
+    def first_then_wait(*a, **k):  # the first length is measured; Stop comes before the next
+        rows = real(*a, **k)
+        measured.set()
+        stopped.wait(60)
+        return rows
+
+    monkeypatch.setattr(prefill_decode, "_rows", first_then_wait)
     dash = Dashboard(lm=target, measure_peaks=False)
     tab = dash.tab("sweeps")
     dash.parts["sweep-repeats"].value = 1
     dash.parts["sweep-prefill-sizes"].value = "8, 16, 32, 64, 128, 256, 512"
     assert tab.start("prefill")
-    time.sleep(0.3)
+    assert measured.wait(120)
     dash.parts["sweep-stop"].click()
+    stopped.set()
     dash.wait(120)
     df = tab.frames["prefill"]
-    assert len(df) < 14 and any("stopped on request" in n for n in df.attrs["notes"])
+    assert 0 < len(df) < 14 and any("stopped on request" in n for n in df.attrs["notes"])
     assert "stopped on request" in dash.parts["message"].value and dash.guard.busy is None
     dash.parts["step"].click()
     assert len(dash.session.steps) == 1

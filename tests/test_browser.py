@@ -291,6 +291,7 @@ def context(browser, app):
 def page(context, app):
     page, tti = bs.open_dashboard(context, app.url, timeout_s=120)
     page.tti = tti
+    page.console_errors = bs.collect_console_errors(page)
     print(f"\ntime to interactive (navigation -> Step enabled, preheated kernel): {tti:.2f} s")
     # Greedy: the same tokens every run, and no end-of-text drawn by chance (a stopped session disables Step).
     page.check(".ie-greedy input")
@@ -467,6 +468,65 @@ def test_screenshot_renders(page, tmp_path):
     page.screenshot(path=str(shot), full_page=True)
     size = shot.stat().st_size
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < size < 500_000, size
+
+
+# Records, from before a model switch, whether Step and Play were both turned off while the message
+# said the model was loading.
+WATCH_LOADING_JS = """() => {
+    window.__ieLoadingSeen = false;
+    const check = () => {
+        const step = document.querySelector('button.ie-step');
+        const play = document.querySelector('button.ie-play');
+        const msg = document.querySelector('.ie-message').innerText;
+        if (step.disabled && play.disabled && msg.includes('Loading')) window.__ieLoadingSeen = true;
+    };
+    window.__ieLoadingObs = new MutationObserver(check);
+    window.__ieLoadingObs.observe(document.querySelector('.ie-dashboard'),
+        {subtree: true, attributes: true, childList: true, characterData: true});
+}"""
+
+
+def _switch_model(page, name: str) -> None:
+    """Choose model `name` and wait for its new session (step 0, Step enabled)."""
+    if _steps_taken(page) == 0:
+        _step(page)  # so that "step 0" says the new session has come
+    page.select_option(".ie-model select", name)
+    page.wait_for_function(
+        "() => /^step 0\\b/.test(document.querySelector('.ie-step-count').innerText)",
+        timeout=120000,
+    )
+    page.wait_for_selector(bs.STEP_READY, timeout=30000)
+
+
+@pytest.mark.browser
+def test_a_model_switch_turns_step_and_play_off_until_the_model_is_ready(page):
+    _step(page)
+    page.evaluate(WATCH_LOADING_JS)
+    _switch_model(page, "bundled:draft")
+    seen = page.evaluate(
+        "() => { window.__ieLoadingObs.disconnect(); return window.__ieLoadingSeen; }"
+    )
+    assert seen, "Step and Play stayed clickable while the model loaded"
+    _step(page)
+    _switch_model(page, "bundled:target")  # back to the model the other tests expect
+    _step(page)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("title,name,parts", bs.TAB_TOUR, ids=[t[1] for t in bs.TAB_TOUR])
+def test_each_tab_explains_itself_and_draws_what_it_holds(page, title, name, parts):
+    """What a person sees after each tab's main control: the tab's explanation line, every shown
+    figure's axes covering its data (no log axis past 10^12), no placeholder left in a drawn
+    chart, no console error."""
+    bs.open_tab(page, title)
+    assert bs.shown_about(page), f"the {title} tab has no explanation line"
+    for part in parts:
+        bs.press_and_wait(page, part)
+    assert page.locator(".ie-message .ie-message-error").count() == 0, bs.message_text(page)
+    assert bs.figure_problems(page) == []
+    assert page.console_errors == []
+    if title == "Export":
+        bs.open_tab(page, "Latency")  # the tests after these read the first tab's chart
 
 
 def _kernel_id(page) -> str:

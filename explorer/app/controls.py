@@ -56,6 +56,11 @@ def control(spec: Spec, value, name: str) -> W.Widget:
     )
     if spec.kind is bool:
         widget = W.Checkbox(value=bool(value), description=spec.label, indent=False)
+    elif spec.choices:
+        kw.pop("continuous_update")
+        widget = W.Dropdown(value=value, options=list(spec.choices), **kw)
+    elif spec.kind is str:
+        widget = W.Text(value=value or "", placeholder="none" if spec.optional else "", **kw)
     elif spec.optional and spec.low is not None and spec.low >= 1:  # 0 is free to mean "none"
         widget = W.IntText(value=value or 0, **{**kw, "tooltip": f"0 = none: {spec.help}"})
     elif spec.optional:
@@ -76,6 +81,9 @@ def read_control(field: str, spec: Spec, widget: W.Widget):
     value = widget.value
     if spec.kind is bool:
         return bool(value)
+    if spec.kind is str and not spec.choices:
+        text = value.strip()
+        return None if spec.optional and text.lower() in ("", "none") else text
     if spec.optional and spec.low is not None and spec.low >= 1:
         return None if value == 0 else value
     if spec.optional:
@@ -149,7 +157,11 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
     parts = {
         "model": tagged(
             W.Dropdown(
-                options=options, value=value, description="model", layout=LABEL, style=STYLE
+                options=options,
+                value=value,
+                description="model",
+                layout=LABEL,
+                style={"description_width": "45px"},  # room for "arch:qwen2.5-0.5b"
             ),
             "model",
         ),
@@ -182,6 +194,35 @@ def session_controls(models: list[str], rs: RunSettings, *, free_text: bool) -> 
         )
         parts["model-custom"] = tagged(custom, "model-custom")
     return parts
+
+
+# Page-wide style: tab titles as wide as their text (ipywidgets cuts them at 144 px: "optimisation
+# ladde"); plotly's toolbar only while the pointer is over a chart, so it never sits on a title.
+PAGE_CSS = """<style>
+.ie-dashboard .lm-TabBar-tab { flex: 0 0 auto !important; max-width: none !important; }
+.ie-dashboard .js-plotly-plot .modebar-container { opacity: 0; transition: opacity 0.2s; }
+.ie-dashboard .js-plotly-plot:hover .modebar-container { opacity: 1; }
+</style>"""
+
+
+def side_panel(run_parts: dict[str, W.Widget], sampling_parts: dict[str, W.Widget]) -> W.VBox:
+    """The side panel from the settings' declarations: the model and prompt, then every
+    SessionOptions control, the engine's rungs and every Sampling control, in declaration order
+    (a new setting's widget is shown without an edit here)."""
+    engine = set(ENGINE_CONTROLS.values())
+    first = [n for n in ("model", "model-custom", "prompt") if n in run_parts]
+    session = [n for n in run_parts if n not in engine and n not in first]
+    return W.VBox(
+        [
+            W.HTML("<b>Model and prompt</b>"),
+            *(run_parts[n] for n in first + session),
+            W.HTML("<b>Engine</b> (the optimisation ladder)"),
+            *(run_parts[n] for n in ENGINE_CONTROLS.values()),
+            W.HTML("<b>Sampling</b> (applies from the next step)"),
+            *sampling_parts.values(),
+        ],
+        layout=W.Layout(width="270px", min_width="270px", overflow="hidden"),  # no scrollbar
+    )
 
 
 WEIGHTS_OFFERED = (

@@ -9,38 +9,45 @@ through one Guard (explorer.app.guard) that shows a readable message in the `mes
 new Sessions and Sampling settings are built and validated first and only swapped in on success.
 
 Shared mode (a classroom server): Dashboard(shared=True, allowed_models=[...]) offers only the
-allow-list and hides the free-text model box. When those arguments are not given they come from
-the environment: EXPLORER_SHARED=1 and EXPLORER_MODELS_CONFIG=<path to JSON> holding
-{"models": ["bundled:target", ...]} or a bare list (the format `explorer app --shared` writes).
+allow-list and hides the free-text model box (explorer.app.models: the loaded models, the allow-list,
+the memory check). Play runs on its own thread (explorer.app.play); the side panel is built from the
+settings' declarations (explorer.app.controls.side_panel); each tab is a module of explorer.app.tabs.
 """
 
 from __future__ import annotations
 
 import collections
-import os
-import threading
 import time
 from dataclasses import replace as dc_replace
 
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app import controls
+from explorer.app import controls, messages
 from explorer.app.export import trace_csv, trace_json
 from explorer.app.guard import Guard, on_engine_thread
-from explorer.app.views import Distribution, LiveChart, StripText, figure_widget, refit, resync
+from explorer.app.messages import stop_text
+from explorer.app.models import ModelCache
+from explorer.app.peaks import PeakMeter, known_chips
+from explorer.app.play import Player
+from explorer.app.views import (
+    Distribution,
+    LiveChart,
+    StripText,
+    figure_widget,
+    refit,
+    resync,
+)
 from explorer.app.voila.liveness import Liveness
 from explorer.engine.sampling import Sampling
 from explorer.engine.session import prompt_input
-from explorer.model.device import available_bytes, dtype_name, resolve_device, resolve_dtype
-from explorer.model.loader import LoadedModel, ModelNotFoundError, available_models, load
+from explorer.model.loader import LoadedModel, ModelNotFoundError
 
 DEFAULT_PROMPT = "The return statement"  # in the bundled models' domain (Python docs)
 FALLBACK_MODEL = "arch:gpt2"  # when the bundled models are missing and no model was named
 # Opens on settings whose text reads as English on the bundled model (plain sampling at temperature
 # 1 is hard to read); every control keeps its full range.
 DEFAULT_SAMPLING = Sampling(temperature=0.7, top_p=0.9)
-MEMORY_HEADROOM = 0.8  # refuse to load a model whose weights exceed this share of free memory
 
 
 class Dashboard:
@@ -67,17 +74,13 @@ class Dashboard:
         play_render_interval_s: float = 0.5,
         play_max_tokens_per_s: float | None = 30.0,
     ):
-        self.shared, self.allowed_models = _shared_config(shared, allowed_models)
+        self.models = ModelCache(shared, allowed_models)
+        self.shared, self.allowed_models = self.models.shared, self.models.allowed
         self.measure_peaks = measure_peaks
-        self.play_render_interval_s = play_render_interval_s
-        # Play is paced: a page cannot draw faster than about this on a small machine, and an engine
-        # running flat out starves the browser (measured on 2 cores: 107 tokens/s computed, 28 shown,
-        # 1.5 s behind, Pause lost). Each step's latency is still timed alone; None = flat out.
-        self.play_max_tokens_per_s = play_max_tokens_per_s
-        self._models: dict[str, LoadedModel] = {}
+        self.player = Player(self, play_max_tokens_per_s, play_render_interval_s)
         if lm is not None:
-            self._models[lm.info.name] = lm
-        name = model or (lm.info.name if lm is not None else self._default_model())
+            self.models.add(lm)
+        name = model or (lm.info.name if lm is not None else self.models.default())
         self.run_settings = controls.RunSettings(
             model=name,
             prompt=prompt,
@@ -89,16 +92,10 @@ class Dashboard:
         sampling = sampling or DEFAULT_SAMPLING
         self.selected: int | None = None  # the step the distribution shows; None = the latest
         self.color_by = "prob"
-        self.earlier: tuple[list, bool] | None = (
-            None  # (steps, use_cache) of the run before a cache toggle
-        )
-        self.timings: collections.deque = collections.deque(
-            maxlen=5000
-        )  # (kind, step index, seconds)
+        self.earlier: tuple[list, bool] | None = None  # (steps, use_cache) before a cache toggle
+        self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step, s, s)
         self._quiet = False  # True while the code itself writes control values
-        self._pause = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._peaks_thread: threading.Thread | None = None
+        self.peak_meter = PeakMeter(measure_peaks)
         self._ceilings_shown = False
 
         self._fallback_note = ""
@@ -106,6 +103,11 @@ class Dashboard:
         self.guard: Guard  # set in _build_widgets
         self._build_widgets(sampling)
         self._warm_peaks()
+
+    @property
+    def _models(self) -> dict[str, LoadedModel]:
+        """The loaded models by name (explorer.app.models.ModelCache.loaded)."""
+        return self.models.loaded
 
     # --- construction ------------------------------------------------------------------------------
 
@@ -122,28 +124,23 @@ class Dashboard:
             self._fallback_note = f"{missing}. Showing {FALLBACK_MODEL} instead. "
             return self._build_session(self.run_settings, sampling)
 
-    def _default_model(self) -> str:
-        if self.allowed_models:
-            return self.allowed_models[0]
-        return "bundled:target"
+    def model_names(self) -> list[str]:
+        """The models the model dropdowns offer."""
+        return self.models.names(getattr(self, "run_settings", None) and self.run_settings.model)
 
-    def _model_names(self) -> list[str]:
-        names = list(self.allowed_models) if self.allowed_models else available_models()
-        current = self.run_settings.model if hasattr(self, "run_settings") else None
-        if current and current not in names and not self.shared and current in self._models:
-            names.append(current)
-        return names
+    def load_model(self, name: str) -> LoadedModel:
+        """A model by name, loaded once and kept (a draft for the Speculative tab, ...)."""
+        self.models.check_offered(name)
+        return self.models.load(name)
 
     def _build_widgets(self, sampling: Sampling) -> None:
         self.message = W.HTML(value="", layout=W.Layout(width="100%"))
         self.message.add_class("ie-message")
-        self.liveness = (
-            Liveness()
-        )  # a banner if the kernel behind the page goes quiet (killed, culled)
+        self.liveness = Liveness()  # a banner if the kernel behind the page goes quiet (culled)
         self.guard = Guard(self.message, on_finish=self._refresh_controls)
         self.sampling_parts = controls.sampling_controls(sampling)
         self.run_parts = controls.session_controls(
-            self._model_names(), self.run_settings, free_text=not self.shared
+            self.model_names(), self.run_settings, free_text=not self.shared
         )
         self.button_parts = controls.buttons()
         self.step_count = W.HTML(value="step 0")
@@ -164,7 +161,10 @@ class Dashboard:
         self.inspect.add_class("ie-inspect")
 
         self.strip_text = StripText()
-        self.strip_text.set_prompt(self._prompt_shown())
+        self.strip_text.set_prompt(self.run_settings.prompt)
+        self.noise_note = W.HTML(value="")
+        self.noise_note.add_class("ie-noise-note")
+        self._show_noise_note()
         self.strip = LiveChart(
             figure_widget(plots.strip_figure, self.color_by),
             lambda s: plots.strip_columns(s, self.color_by),
@@ -177,18 +177,21 @@ class Dashboard:
         self._wire()
         self._layout()
         self._refresh_controls()
-        self.guard.say(self._ready_text(), "info")
+        self.guard.say(messages.ready_text(self.session.lm, self._fallback_note), "info")
 
     def _build_tabs(self) -> None:
         from explorer.app import tabs
 
-        self.tab_list = [cls(self) for cls in tabs.registered()]
+        self.tab_list = []  # filled in order: a tab sees those before it (Export lists their charts)
+        for cls in tabs.registered():
+            self.tab_list.append(cls(self))
         self.latency, self.traffic, self.roofline = (
             self.tab(n).chart for n in ("latency", "traffic", "roofline")
         )
         self.sweeps, self.speculative = self.tab("sweeps"), self.tab("speculative")
         self.tabs = W.Tab(
-            children=[t.widget for t in self.tab_list], titles=[t.title for t in self.tab_list]
+            children=[_with_about(t) for t in self.tab_list],
+            titles=[t.title for t in self.tab_list],
         )
         self.tabs.add_class("ie-tabs")
         self.tabs.observe(lambda ch: self._tab_shown(ch["new"]), names="selected_index")
@@ -202,7 +205,11 @@ class Dashboard:
         raise KeyError(f"no tab named {name!r}; tabs: {', '.join(t.name for t in self.tab_list)}")
 
     def _tab_shown(self, index: int | None) -> None:
-        """Only the visible tab's chart is sent data per step; a tab catches up when it is selected."""
+        """Only the visible tab's chart is sent data per step; a tab catches up when it is selected.
+        An error message belonged to the tab left behind: it goes."""
+        if self.guard.last_error is not None and self.guard.busy is None:
+            self.guard.last_error = None
+            self.guard.say("", "info")
         for i, t in enumerate(self.tab_list):
             t.set_live(index == i)
         if index is not None and 0 <= index < len(self.tab_list):
@@ -210,35 +217,11 @@ class Dashboard:
                 refit(fig)
 
     def _layout(self) -> None:
-        sampling, run, buttons = self.sampling_parts, self.run_parts, self.button_parts
-        model_box = [run["model"]] + ([run["model-custom"]] if "model-custom" in run else [])
-        side = W.VBox(
-            [
-                W.HTML("<b>Model and prompt</b>"),
-                *model_box,
-                run["prompt"],
-                run["cache"],
-                run["batch"],
-                run["top-n"],
-                run["max-tokens"],
-                run["stop-eos"],
-                W.HTML("<b>Engine</b> (the optimisation ladder)"),
-                run["cache-type"],
-                run["compile"],
-                run["weights"],
-                W.HTML("<b>Sampling</b> (applies from the next step)"),
-                sampling["temperature"],
-                sampling["top-k"],
-                sampling["top-p"],
-                sampling["min-p"],
-                sampling["repetition-penalty"],
-                sampling["seed"],
-                sampling["greedy"],
-            ],
-            layout=W.Layout(width="270px", min_width="270px"),
-        )
+        buttons = self.button_parts
+        side = controls.side_panel(self.run_parts, self.sampling_parts)
         self.strip_box = W.VBox(
-            [self.strip_text.widget, self.strip.fig], layout=W.Layout(width="100%")
+            [self.noise_note, self.strip_text.widget, self.strip.fig],
+            layout=W.Layout(width="100%"),
         )
         self.strip_box.add_class("ie-strip")
         bar = W.HBox(
@@ -259,6 +242,7 @@ class Dashboard:
         )
         self.widget = W.VBox(
             [
+                W.HTML(controls.PAGE_CSS),
                 self.liveness,
                 self.message,
                 W.HBox([side, main], layout=W.Layout(width="100%")),
@@ -275,6 +259,7 @@ class Dashboard:
             "liveness": self.liveness,
             "strip": self.strip_box,
             "strip-text": self.strip_text.widget,
+            "noise-note": self.noise_note,
             "strip-chart": self.strip.fig,
             "step-count": self.step_count,
             "color-by": self.color_toggle,
@@ -341,12 +326,11 @@ class Dashboard:
         """One forward pass; returns its Step (None when the session has stopped)."""
         if self.session.done:
             self.guard.say(
-                f"The session has stopped ({self.session.stop_reason}). Rewind, Reset, or raise "
-                "max tokens to go on.",
+                f"The session has stopped: {stop_text(self.session)}. Rewind or Reset to go on.",
                 "info",
             )
             return None
-        self._wait_peaks()
+        self.wait_peaks()
         t0 = time.perf_counter()
         step = on_engine_thread(self.session.step)
         t1 = time.perf_counter()
@@ -371,7 +355,7 @@ class Dashboard:
         """A new session with the current controls (the old one is kept if building the new one fails)."""
         rs = controls.read_run_settings(self.run_parts)
         self._swap(self._build_session(rs, controls.read_sampling(self.sampling_parts)), rs)
-        self.guard.say("New session: press Step or Play.", "ok")
+        self.guard.say(f"New session. {messages.HINT}", "ok")
 
     def branch(self, step_index: int, token_id: int):
         """Choose token_id at step step_index (a counterfactual) and continue from there.
@@ -383,7 +367,7 @@ class Dashboard:
             raise ValueError(f"step {step_index} does not exist (the session has {n} steps)")
         trial = self.session.fork()
         trial.rewind(n - step_index)
-        self._wait_peaks()
+        self.wait_peaks()
         step = on_engine_thread(trial.choose, int(token_id))
         self.session = trial
         self.selected = None
@@ -411,7 +395,7 @@ class Dashboard:
         fresh = plots.strip_figure(color_by)  # only its coloraxis and title are used
         self.color_by = color_by
         self.strip.fig.update_layout(coloraxis=fresh.layout.coloraxis, title=fresh.layout.title)
-        self._render_strip(reset=True)
+        self._render_strip()
 
     def set_sampling(self, sampling: Sampling) -> None:
         """New sampling settings from the next step (validated first; on error nothing changes)."""
@@ -422,83 +406,22 @@ class Dashboard:
 
     def play(self) -> bool:
         """Step on a background thread until Pause, a stop, or max tokens. False if it could not start."""
-        if self.session.done:
-            self.guard.say(
-                f"The session has stopped ({self.session.stop_reason}); Rewind or Reset first.",
-                "info",
-            )
-            return False
-        if not self.guard.start("Play"):
-            return False
-        self._pause.clear()
-        self._thread = threading.Thread(target=self._play_loop, name="explorer-play", daemon=True)
-        self._thread.start()
-        return True
+        return self.player.play()
 
     def pause(self) -> None:
         """Stop Play after the step in progress."""
-        self._pause.set()
+        self.player.pause()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until Play (or a sweep) has finished (for scripts and tests)."""
-        for thread in (self._thread, *(th for t in self.tab_list for th in t.threads())):
+        for thread in (self.player.thread, *(th for t in self.tab_list for th in t.threads())):
             if thread is not None:
                 thread.join(timeout)
 
-    def _play_loop(self) -> None:
-        pending, count = [], 0
-        try:
-            self._wait_peaks()
-            start = due = last_render = time.perf_counter()
-            while not self._pause.is_set():
-                with self.guard.lock:
-                    if self.session.done:
-                        break
-                    t0 = time.perf_counter()
-                    step = self.session.step()
-                    pending.append(step)
-                    count += 1
-                    now = time.perf_counter()
-                    self.timings.append(("play", step.index, now - t0, 0.0))
-                    if now - last_render >= self.play_render_interval_s or self.session.done:
-                        self.selected = None
-                        self._render_new(pending)
-                        pending, last_render = [], time.perf_counter()
-                self.guard.yield_to_waiting()  # a click waiting for the lock gets it before the next step
-                due = self._pace(due)
-            with self.guard.lock:
-                if pending:
-                    self.selected = None
-                    self._render_new(pending)
-            rate = count / max(time.perf_counter() - start, 1e-9)
-            why = f"stopped: {self.session.stop_reason}" if self.session.done else "paused"
-            pace = (
-                f", paced at up to {self.play_max_tokens_per_s:g}/s"
-                if self.play_max_tokens_per_s
-                else ""
-            )
-            self.guard.say(
-                f"Play {why} after {count} tokens ({rate:.1f} tokens/s, charts included{pace}).",
-                "ok",
-            )
-        except Exception as err:  # noqa: BLE001 - shown, and the session keeps every completed step
-            with self.guard.lock:
-                if pending:
-                    self._render_new(pending)
-            self.guard.fail(err, "Play")
-        finally:
-            self.guard.finish()
-
-    def _pace(self, due: float) -> float:
-        """Wait (Pause interrupts) until the next step is due at the Play pace; returns the time the
-        one after it is due. A slow step is not made up for by a burst (no debt carried over)."""
-        if not self.play_max_tokens_per_s:
-            return due
-        due = max(due + 1.0 / self.play_max_tokens_per_s, time.perf_counter())
-        wait = due - time.perf_counter()
-        if wait > 0:
-            self._pause.wait(wait)
-        return due
+    def show_new_steps(self, steps) -> None:
+        """Draw steps just taken (by Play, between two of its steps; the guard's lock held)."""
+        self.selected = None
+        self._render_new(steps)
 
     # --- settings changes --------------------------------------------------------------------------------
 
@@ -517,12 +440,19 @@ class Dashboard:
             )
             raise
         self.guard.say(
-            "Sampling settings apply from the next step: " + _sampling_text(sampling), "ok"
+            "Sampling settings apply from the next step: " + messages.sampling_text(sampling),
+            "ok",
         )
 
     def _on_run_setting(self, change) -> None:
         if self._quiet:
             return
+        custom = self.run_parts.get("model-custom")
+        if change["owner"] is custom and custom.value.strip():
+            # a hub id typed in 'hub id / path' is the model asked for: the dropdown says "other"
+            self._write_quietly(
+                lambda: setattr(self.run_parts["model"], "value", controls.CUSTOM_MODEL)
+            )
         if (
             self.run_parts["model"].value == controls.CUSTOM_MODEL
             and not self.run_parts.get("model-custom").value.strip()
@@ -541,13 +471,16 @@ class Dashboard:
     def _apply_run_settings(self) -> None:
         try:
             rs = controls.read_run_settings(self.run_parts)
-            if rs.model not in self._models:
-                self.guard.say(f"Loading {rs.model}…", "busy")
-            elif rs.compile:
-                self.guard.say(
-                    "Compiling the decode step (torch.compile, seconds to a minute)…", "busy"
-                )
-            session = self._build_session(rs, self.session.sampling)
+            if rs.model not in self.models.loaded:
+                rough = self.models.rough_load_s(rs.model)
+                with messages.loading(self.guard, rs.model, rough, self._refresh_controls):
+                    session = self._build_session(rs, self.session.sampling)
+            else:
+                if rs.compile:
+                    self.guard.say(
+                        "Compiling the decode step (torch.compile, seconds to a minute)…", "busy"
+                    )
+                session = self._build_session(rs, self.session.sampling)
         except Exception:
             self._write_quietly(
                 lambda: controls.write_run_settings(self.run_parts, self.run_settings)
@@ -557,10 +490,9 @@ class Dashboard:
         if rs.use_cache != old_rs.use_cache and old.steps:
             self.earlier = (list(old.steps), old_rs.use_cache)
         self._swap(session, rs)
-        self.guard.say(
-            f"New session ({_what_changed(old_rs, rs)}){_compiled_note(session)}: press Step or Play.",
-            "ok",
-        )
+        note = f" {messages.NOISE_NOTE}" if session.lm.info.random_weights else ""
+        changed = messages.what_changed(old_rs, rs) + messages.compiled_note(session)
+        self.guard.say(f"New session ({changed}). {messages.HINT}{note}", "ok")
 
     def _write_quietly(self, fn) -> None:
         self._quiet = True
@@ -575,11 +507,7 @@ class Dashboard:
         """A new Session for `rs` (touches nothing of the current one; raises on any problem)."""
         from explorer.engine import Session
 
-        if self.shared and self.allowed_models and rs.model not in self.allowed_models:
-            raise ValueError(
-                f"{rs.model!r} is not offered on this server; choose one of {', '.join(self.allowed_models)}"
-            )
-        lm = self._load(rs.model)
+        lm = self.load_model(rs.model)
         return Session(
             lm,
             prompt_input(lm, rs.prompt),
@@ -595,17 +523,6 @@ class Dashboard:
             weights=None if rs.weights == "as loaded" else rs.weights,
         )
 
-    def _load(self, name: str) -> LoadedModel:
-        if name in self._models:
-            return self._models[name]
-        _check_fits(name)
-        lm = _load_quietly(name)
-        keep = {
-            k: v for k, v in self._models.items() if k.startswith("bundled:")
-        }  # drop big models we left
-        self._models = {**keep, name: lm}
-        return lm
-
     def _swap(self, session, rs: controls.RunSettings) -> None:
         """Make `session` current and redraw everything from it."""
         self.session, self.run_settings = session, rs
@@ -613,43 +530,23 @@ class Dashboard:
         self._ceilings_shown = False
         for t in self.tab_list:
             t.session_changed()
-        self.strip_text.set_prompt(self._prompt_shown())
+        self.strip_text.set_prompt(self.run_settings.prompt)
+        self._show_noise_note()
         self._render_all()
         self._warm_peaks()
 
-    def _prompt_shown(self) -> str:
-        """The prompt as typed (for a model without a tokenizer the Trace holds it as <id> texts)."""
-        return self.run_settings.prompt
-
-    # --- measured peaks (once per process, off the first click's path) ------------------------------------
+    # --- measured peaks ------------------------------------------------------------------------------
 
     def _warm_peaks(self) -> None:
-        if not self.measure_peaks:
-            return
-        from explorer.costs import hardware
+        self.peak_meter.warm(self.session.device, self.session.lm.model.dtype)
 
-        device, dtype = self.session.device, self.session.lm.model.dtype
-        self._peaks_thread = threading.Thread(
-            target=_quietly,
-            args=(hardware.measure, device, dtype),
-            name="explorer-peaks",
-            daemon=True,
-        )
-        self._peaks_thread.start()
-
-    def _wait_peaks(self) -> None:
-        thread = self._peaks_thread
-        if thread is not None and thread.is_alive():
-            thread.join()
+    def wait_peaks(self) -> None:
+        """Wait for the peaks measured in the background (a step's roofline needs them)."""
+        self.peak_meter.wait()
 
     def peaks(self):
         """This machine's measured peaks for the current model's device and dtype (None if not measured)."""
-        if not self.measure_peaks:
-            return None
-        from explorer.costs import hardware
-
-        self._wait_peaks()
-        return hardware.measure(self.session.device, dtype=self.session.lm.model.dtype)
+        return self.peak_meter.measure(self.session.device, self.session.lm.model.dtype)
 
     # --- rendering ---------------------------------------------------------------------------------------
 
@@ -668,14 +565,14 @@ class Dashboard:
     def _render_all(self) -> None:
         """Redraw every view from the session's steps (after rewind, branch, a new session)."""
         steps = self.session.steps
-        self._render_strip(reset=True)
+        self._render_strip()
         self._show_distribution()
         self._count()
         for t in self.tab_list:
             t.steps_reset(steps)
         self._show_ceilings()
 
-    def _render_strip(self, reset: bool = False) -> None:
+    def _render_strip(self) -> None:
         steps = self.session.steps
         self.strip_text.reset(steps, self.color_by)
         self.strip.reset(steps, {"xaxis.range": plots.strip_range(steps[-1].index if steps else 0)})
@@ -707,44 +604,34 @@ class Dashboard:
         hw = self.session.trace.hardware
         if self._ceilings_shown or hw is None:
             return
-        from explorer.costs import hardware
-
-        dtype = self.session.lm.info.dtype
-        chips = {}
-        for name in hardware.KNOWN_CHIPS:
-            try:
-                chips[name] = hardware.chip_peaks(name, dtype)
-            except ValueError:  # the chip has no published figure for this dtype
-                continue
+        chips = known_chips(self.session.lm.info.dtype)
         for t in self.tab_list:
             t.peaks_known(hw, chips)
         self._ceilings_shown = True
 
     def _say_step(self, step) -> None:
+        """The message after a step: why the session stopped; or, when the message still shows an
+        error, a wait or the "press Step or Play" hint, a line that stays true at later steps (it
+        is left alone afterwards: one message fewer per step)."""
         if self.session.done:
-            self.guard.say(f"Stopped: {self.session.stop_reason}.", "info")
-        elif self.guard.last_error is not None or "ie-message-busy" in self.message.value:
+            self.guard.say(f"Stopped: {stop_text(self.session)}.", "info")
+            return
+        shown = self.message.value
+        if (
+            self.guard.last_error is not None
+            or "ie-message-busy" in shown
+            or messages.HINT in shown
+        ):
             self.guard.last_error = None
-            self.guard.say(
-                f"Step {step.index}: {plots.show_token(step.token_text)} ({step.latency_s * 1e3:.1f} ms).",
-                "ok",
-            )
+            self.guard.say(messages.STEPPING, "ok")
 
-    def _ready_text(self) -> str:
-        info = self.session.lm.info
-        note = (
-            " (random weights: the text is meaningless, the costs are real)"
-            if info.random_weights
+    def _show_noise_note(self) -> None:
+        """A random-weight model's text is noise: the strip says so above the text."""
+        noise = self.session.lm.info.random_weights
+        self.noise_note.value = (
+            f'<div style="font-size:12px;color:#8a5a00;padding:2px 6px">{messages.NOISE_NOTE}</div>'
+            if noise
             else ""
-        )
-        tok = (
-            ""
-            if self.session.lm.tokenizer is not None
-            else " It has no tokenizer: the prompt is fed as its UTF-8 bytes (or type token ids: 1 2 3) and tokens show as <id>."
-        )
-        return (
-            f"{self._fallback_note}{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} layers, on {info.device} "
-            f"{info.dtype}{note}.{tok} Press Step or Play."
         )
 
     # --- clicks ------------------------------------------------------------------------------------------
@@ -778,6 +665,19 @@ class Dashboard:
 
     # --- export ------------------------------------------------------------------------------------------
 
+    def export_figures(self, current: bool = False) -> dict:
+        """Every chart offered for export, by name: the shell's own, then each tab's
+        (Tab.export_figures). current=True brings them up to date first (for a download)."""
+        if current:
+            self.strip.flush()
+            for t in self.tab_list:
+                t.flush()
+        dist = self.dist.figure() if current else self.dist.fig
+        out = {"token strip": self.strip.fig, "distribution": dist}
+        for t in self.tab_list:
+            out.update(t.export_figures())
+        return out
+
     def prepare_export(self) -> str:
         """Build the download link for the Export tab's choice; returns its HTML."""
         return self.tab("export").prepare()
@@ -792,95 +692,8 @@ class Dashboard:
 # --- helpers -------------------------------------------------------------------------------------------
 
 
-def _quietly(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception:  # noqa: BLE001 - the step that needs the peaks measures again and reports
-        pass
-
-
-def _shared_config(shared: bool | None, allowed: list[str] | None) -> tuple[bool, list[str]]:
-    """Shared mode and allow-list from the arguments, else EXPLORER_SHARED / EXPLORER_MODELS_CONFIG."""
-    if shared is None:
-        shared = os.environ.get("EXPLORER_SHARED", "").strip().lower() in ("1", "true", "yes", "on")
-    if allowed is None and os.environ.get("EXPLORER_MODELS_CONFIG"):
-        from explorer.app.voila.config import read_models_config
-
-        allowed = read_models_config(os.environ["EXPLORER_MODELS_CONFIG"])
-    if allowed is not None:
-        if (
-            not isinstance(allowed, (list, tuple))
-            or not allowed
-            or not all(isinstance(m, str) for m in allowed)
-        ):
-            raise ValueError(
-                f"allowed_models must be a non-empty list of model names, got {allowed!r}"
-            )
-        allowed = [m.strip() for m in allowed]
-    if shared and not allowed:
-        allowed = ["bundled:target", "bundled:draft"]
-    return bool(shared), list(allowed or [])
-
-
-def _load_quietly(name: str) -> LoadedModel:
-    """load(name) without transformers' 'Loading weights' progress bar (it would print above the app)."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        return load(name)
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
-
-def _check_fits(name: str) -> None:
-    """Refuse (MemoryError with a clear message) an architecture-only shape that would not fit in memory."""
-    if not name.startswith("arch:"):
-        return
-    from explorer.model.loader import arch_info
-
-    dev = resolve_device("auto")
-    dtype = dtype_name(resolve_dtype("auto", dev))
-    info = arch_info(name, dtype)  # built on the meta device: no memory allocated
-    free = available_bytes(dev)
-    if free is not None and info.weight_bytes > MEMORY_HEADROOM * free:
-        raise MemoryError(
-            f"{name} needs {info.weight_bytes / 1e9:.1f} GB for its {dtype} weights but only "
-            f"{free / 1e9:.1f} GB is free on {dev}: not loaded (out of memory). The current model "
-            "is still loaded; choose a smaller one."
-        )
-
-
-def _sampling_text(s: Sampling) -> str:
-    d = s.to_dict()
-    default = Sampling().to_dict()
-    changed = [f"{k}={v}" for k, v in d.items() if v != default[k]]
-    return ", ".join(changed) if changed else "plain sampling at temperature 1"
-
-
-def _compiled_note(session) -> str:
-    c = session.trace.settings.get("compile")
-    if not c:
-        return ""
-    if not c["active"]:
-        return f"; torch.compile failed, running eager ({c['reason']})"
-    return f"; compiled in {c['compile_s']:.1f} s, kept out of every step's latency"
-
-
-def _what_changed(old: controls.RunSettings, new: controls.RunSettings) -> str:
-    names = {
-        "model": "model",
-        "prompt": "prompt",
-        "use_cache": "KV cache",
-        "batch_size": "batch size",
-        "top_n": "top-n",
-        "max_new_tokens": "max tokens",
-        "stop_at_eos": "stop at end-of-text",
-        "cache_type": "cache type",
-        "compile": "compile",
-        "weights": "weights",
-    }
-    changed = [label for key, label in names.items() if getattr(old, key) != getattr(new, key)]
-    return ", ".join(changed) + " changed" if changed else "same settings"
+def _with_about(tab) -> W.Widget:
+    """A tab's page: its one line on what it shows and how to read it, then its widget."""
+    about = W.HTML(f'<div style="font-size:13px;color:#333;padding:2px 0 6px 0">{tab.about}</div>')
+    about.add_class("ie-tab-about")
+    return W.VBox([about, tab.widget], layout=W.Layout(width="100%", overflow="hidden"))

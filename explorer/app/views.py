@@ -193,13 +193,23 @@ class Distribution:
 
     EMPTY = "Next-token distribution (press Step)"
     HINT = "click a bar to choose that token here (branch)"
+    CAPTION = (
+        '<div style="font-size:12px;color:#555;padding:0 8px">Stages: each bar is the share of '
+        "the probability mass entering that stage (temperature, top-k, top-p, min-p, ...) that "
+        "the stage keeps, so a later bar can be higher than an earlier one; the number on it is "
+        "how many tokens are still allowed after it.</div>"
+    )
 
     def __init__(self):
         self.fig = figure_widget(plots.distribution_figure, False)
         self.fig.add_class("ie-dist")
         self.title = W.HTML(value=self._title_html(self.EMPTY))
         self.title.add_class("ie-dist-title")
-        self.widget = W.VBox([self.title, self.fig], layout=W.Layout(width="100%"))
+        stages = next(a for a in self.fig.layout.annotations if a.text.startswith("stages"))
+        stages.text = "stages: mass kept · tokens kept"  # shown before display (resynced)
+        self.caption = W.HTML(value=self.CAPTION)
+        self.caption.add_class("ie-dist-caption")
+        self.widget = W.VBox([self.title, self.fig, self.caption], layout=W.Layout(width="100%"))
         self.step: Step | None = None
         self.top_n: int | None = None
 
@@ -207,7 +217,7 @@ class Distribution:
         self.step, self.top_n = step, top_n
         if step is None:
             cols = {t.name: {"x": np.empty(0), "y": np.empty(0)} for t in self.fig.data}
-            plots.replace(self.fig, cols)
+            plots.replace(self.fig, cols, {"xaxis.tickvals": [], "xaxis.ticktext": []})
             self.title.value = self._title_html(self.EMPTY)
             return
         self.title.value = self._title_html(plots.distribution_title(step), self.HINT)

@@ -42,6 +42,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console-script entry: Ctrl-C anywhere, start-up (torch's import) included, is one line
+    and exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as err:
+        print(f"explorer: {_interrupted(err)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _interrupted(err: KeyboardInterrupt) -> str:
+    """What an interrupt stopped: a serving run says what it had measured."""
+    res = getattr(err, "result", None)
+    if res is None:
+        return str(err) if str(err).startswith("interrupted") else "interrupted (Ctrl-C)"
+    done = sum(1 for r in res.records if r.ok)
+    return (
+        f"interrupted (Ctrl-C) during the {res.label} run: {done} of {len(res.records)} requests "
+        "had finished; nothing after it ran and no figure of it is reported as complete"
+    )
+
+
+def _main(argv: list[str] | None) -> int:
     from explorer.engine.trace import TraceFormatError
     from explorer.model import ModelNotFoundError, is_out_of_memory
 
@@ -52,9 +74,6 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args) or 0
     except SystemExit as done:  # argparse: --help (0) or a usage error it has already printed (2)
         return done.code if isinstance(done.code, int) else EXIT_USAGE
-    except KeyboardInterrupt:
-        print("explorer: interrupted (Ctrl-C)", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except (ModelNotFoundError, TraceFormatError, ValueError) as err:
         print(f"explorer: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE

@@ -68,9 +68,14 @@ def _add_app(sub) -> None:
 
 
 def _cmd_app(args) -> int:
-    from explorer.app.voila.config import AppConfig
+    from explorer.app.voila.config import AppConfig, read_models_config
     from explorer.app.voila.serve import serve
 
+    if args.models_config is not None:
+        for name in read_models_config(args.models_config):
+            _check_loadable(name, args.models_config)
+    if args.notebook is not None:
+        _check_notebook(args.notebook)
     config = AppConfig(
         port=args.port,
         ip=args.ip,
@@ -84,3 +89,50 @@ def _cmd_app(args) -> int:
         threads=args.threads,
     )
     return serve(config)
+
+
+def _check_loadable(name: str, source: str) -> None:
+    """A model of the allow-list this machine can load offline: an offline name, a local folder
+    saved with save_pretrained, or a hub id whose files are already in the Hugging Face cache."""
+    from pathlib import Path
+
+    from explorer.model.loader import available_models
+
+    if name in available_models():
+        return
+    local = Path(name).expanduser()
+    if (local / "config.json").is_file():
+        return
+    if not local.exists() and "/" in name and not name.startswith(("bundled:", "arch:")):
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    raise ValueError(
+        f"--models-config {source}: model {name!r} cannot be loaded here (offline names: "
+        f"{', '.join(available_models())}; or a folder saved with save_pretrained; or a hub id "
+        "already downloaded to the Hugging Face cache)"
+    )
+
+
+def _check_notebook(path: str) -> None:
+    """--notebook names a readable .ipynb notebook (Voila answers 403 to anything else)."""
+    from pathlib import Path
+
+    import nbformat
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"--notebook {path}: no such file")
+    if p.suffix != ".ipynb":
+        raise ValueError(f"--notebook {path}: not a notebook (a .ipynb file is needed)")
+    try:
+        nbformat.read(p, as_version=4)
+    except Exception as err:  # nbformat raises JSON, validation and encoding errors alike
+        raise ValueError(
+            f"--notebook {path}: not a readable notebook ({_first_line(err)})"
+        ) from None
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:120]

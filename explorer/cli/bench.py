@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from explorer.cli.common import print_json
+from explorer.cli.common import print_json, whole, writable
 from explorer.cli.simulate import add_simulate
 
 ORDER = 40
@@ -30,7 +30,7 @@ def _add_bench_overhead(bench) -> None:
         help="prompt text (models without a tokenizer get 8 fixed token ids)",
     )
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=whole(1), default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument(
         "--threads",
@@ -97,7 +97,7 @@ def _add_bench_speculative(bench) -> None:
         default=48,
         help="tokens per run (speculative and target-only)",
     )
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=whole(1), default=3)
     p.add_argument(
         "--modes",
         default="greedy,sample",
@@ -217,7 +217,7 @@ def _add_bench_calibrate(bench) -> None:
     )
     p.add_argument("--batches", default="1,4,16", help="batch sizes of the grid")
     p.add_argument("--contexts", default="64,256,512", help="context lengths of the grid")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=whole(1), default=3)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--out", default=None, metavar="FILE", help="save the calibration as JSON")
@@ -239,7 +239,21 @@ def calibrate_models(models, *, batches, contexts, repeats, device="auto", dtype
             "regime-map", lm, batches=batches, contexts=contexts, repeats=repeats, bar=False
         )
         del lm
+        if sweeps.interrupted(frames[name]):  # never a fit of part of the grid
+            raise CalibrationInterrupted(name, frames)
     return calibration_from(frames.values()), frames
+
+
+class CalibrationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the calibration grid: .frames holds what was measured; nothing is fitted."""
+
+    def __init__(self, model: str, frames: dict):
+        cells = sum(len(df) for df in frames.values())
+        super().__init__(
+            f"interrupted (Ctrl-C) during {model}'s grid: {cells} cells measured; no calibration "
+            "fitted or saved"
+        )
+        self.frames = frames
 
 
 def _cmd_bench_calibrate(args) -> int:
@@ -249,8 +263,7 @@ def _cmd_bench_calibrate(args) -> int:
     kw = sweep.arguments(
         {"batches": args.batches, "contexts": args.contexts}, lambda p: "--" + p.name
     )
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    writable(args.out, "--out")
     models = args.model or ["bundled:target", "arch:qwen2.5-0.5b"]
     cal, frames = calibrate_models(
         models, repeats=args.repeats, device=args.device, dtype=args.dtype, **kw
@@ -291,7 +304,7 @@ def _add_bench_hooks(bench) -> None:
     )
     p.add_argument("--model", default=None, help="bundled:target (default), arch:qwen2.5-0.5b, ...")
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=whole(1), default=7)
     p.add_argument("--json", action="store_true")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -332,7 +345,7 @@ def _add_bench_lookup(bench) -> None:
     p.add_argument("--k", type=int, default=4, help="ids proposed per round (at most)")
     p.add_argument("--ngram", type=int, default=3, help="the longest n-gram matched first")
     p.add_argument("--new-tokens", type=int, default=48)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=whole(1), default=3)
     p.add_argument("--json", action="store_true")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -373,7 +386,7 @@ def _add_bench_prefix(bench) -> None:
     p = bench.add_parser("prefix", help="TTFT with and without a prefix cache of a shared prompt")
     p.add_argument("--model", default=None, help="bundled:target (default), arch:qwen2.5-0.5b, ...")
     p.add_argument("--prefix-tokens", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=whole(1), default=7)
     p.add_argument("--json", action="store_true")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")

@@ -4,10 +4,42 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
+
+
+def whole(low: int = 1):
+    """An argparse type: a whole number >= low (argparse turns the ValueError into one line)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number >= {low}, got {text!r}"
+            ) from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {low}, got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def writable(path: str | None, flag: str) -> None:
+    """Checked before anything is measured: the folder of an output file exists and is writable."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {path}: the folder {folder} is not writable")
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: that is a folder; give a file name")
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:

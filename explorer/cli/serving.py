@@ -1,29 +1,31 @@
 """explorer bench serving: a workload through one engine, with vllm bench serve's summary table.
 
 Registered under `explorer bench` (cli/bench.py lists it); the flags follow `vllm bench serve`.
+Each engine knob's flag is built from the engine's Knobs declaration (explorer.serving.engines).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+
+from explorer.cli.common import whole, writable
 
 
 def add_bench_serving(bench) -> None:
-    from explorer.serving import ENGINES
+    from explorer.serving.engines import names
 
     p = bench.add_parser(
         "serving", help="many requests through one engine: TTFT, TPOT, ITL, throughput, goodput"
     )
-    p.add_argument("--engine", choices=ENGINES, default="continuous")
+    p.add_argument("--engine", choices=names(), default="continuous")
     p.add_argument(
         "--model",
         default=None,
         help="local model (default bundled:target); with --engine http its tokenizer makes "
         "the text prompts",
     )
-    p.add_argument("--base-url", default="http://127.0.0.1:8000", help="http engine: the server")
-    p.add_argument("--served-model", default=None, help="http engine: the model name it serves")
-    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     add_workload_flags(p)
     p.add_argument(
         "--goodput",
@@ -32,23 +34,7 @@ def add_bench_serving(bench) -> None:
         metavar="SLO",
         help="SLOs in ms, e.g. --goodput ttft:500 tpot:50",
     )
-    p.add_argument("--max-batch", type=int, default=8, help="static engine: requests per batch")
-    p.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=50.0,
-        help="static engine: how long a batch waits to fill",
-    )
-    p.add_argument("--num-blocks", type=int, default=None, help="continuous: KV blocks (budget)")
-    p.add_argument("--page-size", type=int, default=None, help="continuous: tokens per KV block")
-    p.add_argument(
-        "--max-batch-tokens",
-        type=int,
-        default=None,
-        help="continuous: query tokens per iteration (prefill chunk limit)",
-    )
-    p.add_argument("--max-requests-per-batch", type=int, default=None)
-    p.add_argument("--scheduler", choices=("fifo", "prefill_first"), default="fifo")
+    add_knob_flags(p, names())
     p.add_argument(
         "--compare",
         default=None,
@@ -61,11 +47,56 @@ def add_bench_serving(bench) -> None:
         help="continuous: alternate with plain generate_batch (no recording) and print "
         "the throughput ratio",
     )
-    p.add_argument("--repeats", type=int, default=3, help="--vs-plain: alternating repeats")
+    p.add_argument("--repeats", type=whole(1), default=3, help="--vs-plain: alternating repeats")
     p.add_argument("--json", default=None, metavar="FILE", help="write the result (vLLM's keys)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.set_defaults(func=run)
+
+
+def add_knob_flags(p, names: tuple[str, ...]) -> None:
+    """One flag per knob of these engines, from the Knobs declarations (unset: the default)."""
+    from explorer.serving.engines import knob_table
+
+    for knob, (spec, default, takers) in knob_table(names).items():
+        flag = spec.cli or "--" + knob.replace("_", "-")
+        what = f"{', '.join(takers)} engine: {spec.help} (default {default})"
+        if spec.kind is bool:
+            p.add_argument(flag, dest=knob, action=argparse.BooleanOptionalAction, help=what)
+        elif spec.choices:
+            p.add_argument(flag, dest=knob, choices=spec.choices, help=what)
+        else:
+            meta = spec.kind.__name__.upper()
+            what = f"{what}; {spec.range_text()}"
+            p.add_argument(flag, dest=knob, type=spec.kind, metavar=meta, help=what)
+
+
+def engine_knobs(args, engine: str):
+    """The engine's validated Knobs: the flags given, the declaration's defaults for the rest."""
+    from explorer.serving import engines
+
+    return engines.knobs_of(engine, knobs_of(args, engine))[0]
+
+
+def check_unused_knob_flags(args, running: tuple[str, ...]) -> None:
+    """ValueError for a knob flag that no engine of this run takes (it would change nothing)."""
+    from explorer.serving.engines import knob_table, names
+
+    for knob, (spec, _, takers) in knob_table(names()).items():
+        if getattr(args, knob, None) is not None and not set(takers) & set(running):
+            flag = spec.cli or "--" + knob.replace("_", "-")
+            raise ValueError(
+                f"{flag} is a knob of the {', '.join(takers)} engine, not of "
+                f"{', '.join(running)}, the engine(s) of this run"
+            )
+
+
+def knobs_of(args, engine: str) -> dict:
+    """The knobs of `engine` set by flags (the rest keep the declaration's defaults)."""
+    from explorer.serving import engines
+
+    names = engines.get(engine).Knobs.specs()
+    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
 
 
 def add_workload_flags(p) -> None:
@@ -124,49 +155,64 @@ def workload_of(args):
     )
 
 
-def knobs_of(args, engine: str) -> dict:
-    if engine == "static":
-        return {"max_batch": args.max_batch, "max_wait_s": args.max_wait_ms / 1e3}
-    if engine == "continuous":
-        names = ("num_blocks", "page_size", "max_batch_tokens", "max_requests_per_batch")
-        out = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-        return {**out, "scheduler": args.scheduler}
-    if engine == "http":
-        return {
-            "base_url": args.base_url,
-            "served_model": args.served_model,
-            "endpoint": args.endpoint,
-        }
-    return {}
-
-
 def run(args) -> int:
     from explorer.model.loader import load
-    from explorer.serving import format_summary, parse_goodput, serve
+    from explorer.serving import parse_goodput, serve
+    from explorer.serving.run import RunInterrupted
 
     goodput = parse_goodput(args.goodput)
-    workload = workload_of(args)  # a bad setting fails before anything loads
+    workload = workload_of(args)  # a bad setting fails before anything loads, a bad knob too
+    writable(args.json, "--json")
+    others = [e.strip() for e in (args.compare or "").split(",") if e.strip()]
+    knobs = {name: engine_knobs(args, name) for name in (args.engine, *others)}
+    check_unused_knob_flags(args, tuple(knobs))
     # http: the local model's tokenizer only cuts the prompts as text (the server tokenizes them
     # again and reports its own counts), as vllm bench serve uses --tokenizer
     lm = load(args.model, device=args.device, dtype=args.dtype)
-    res = serve(lm, workload, args.engine, goodput=goodput, **knobs_of(args, args.engine))
+    try:
+        res = serve(lm, workload, args.engine, goodput=goodput, knobs=knobs[args.engine])
+    except RunInterrupted as stopped:  # keep what it measured, marked partial; go no further
+        _report(args, stopped.result)
+        raise
+    _report(args, res)
+    if others:
+        _compare(args, lm, workload, goodput, res, {n: knobs[n] for n in others})
+    if args.vs_plain:
+        _vs_plain(args, lm, workload, knobs[args.engine])
+    return _exit_status(res)
+
+
+def _report(args, res) -> None:
+    from explorer.serving import format_summary
+
     print(format_summary(res))
+    if res.meta.get("partial"):
+        print(f"status: {res.meta['status']} (partial: these figures are not a finished run)")
     if args.json:
         res.save(args.json)
-        print(f"result written to {args.json}")
-    if args.compare:
-        _compare(args, lm, workload, goodput, res)
-    if args.vs_plain:
-        _vs_plain(args, lm, workload)
-    return 130 if res.meta["status"].startswith("interrupted") else 0
+        print(
+            f"result written to {args.json}" + (" (marked partial)" if res.meta["partial"] else "")
+        )
 
 
-def _compare(args, lm, workload, goodput, base) -> None:
+def _exit_status(res) -> int:
+    """Non-zero, with one line on stderr, when not one request completed."""
+    if any(r.ok for r in res.records):
+        return 0
+    errors = sorted({r.error for r in res.records if r.error})
+    print(
+        f"explorer: every one of the {len(res.records)} requests failed ({'; '.join(errors[:3])})",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _compare(args, lm, workload, goodput, base, others: dict) -> None:
     from explorer.serving import serve
 
     print(f"\nthe same workload ({workload.num_prompts} requests) on other engines:")
-    for name in [e.strip() for e in args.compare.split(",") if e.strip()]:
-        other = serve(lm, workload, name, goodput=goodput, **knobs_of(args, name))
+    for name, knobs in others.items():
+        other = serve(lm, workload, name, goodput=goodput, knobs=knobs)
         ratio = base.result["output_throughput"] / max(other.result["output_throughput"], 1e-9)
         print(
             f"  {name:<11} {other.result['output_throughput']:9.1f} output tok/s, median TTFT "
@@ -174,7 +220,7 @@ def _compare(args, lm, workload, goodput, base) -> None:
         )
 
 
-def _vs_plain(args, lm, workload) -> None:
+def _vs_plain(args, lm, workload, knobs) -> None:
     import statistics
     import time
 
@@ -183,17 +229,16 @@ def _vs_plain(args, lm, workload) -> None:
 
     if args.engine != "continuous":
         raise ValueError("--vs-plain compares the continuous engine with plain generate_batch")
-    knobs = knobs_of(args, "continuous")
     reqs = workload.requests(lm)
     ours, bare, plain = [], [], []
 
     def wall(record: bool) -> float:
         t0 = time.perf_counter()  # wall time of the whole call, manager set-up included, as plain
-        res = serve(lm, workload, "continuous", record=record, **knobs)
+        res = serve(lm, workload, "continuous", record=record, knobs=knobs)
         return res.result["total_output_tokens"] / (time.perf_counter() - t0)
 
     for _ in range(args.repeats):  # alternating, after the run above warmed everything
-        plain.append(plain_throughput(lm, reqs, **knobs)["output_throughput"])
+        plain.append(plain_throughput(lm, reqs, knobs)["output_throughput"])
         ours.append(wall(True))
         bare.append(wall(False))
     a, b, c = (statistics.median(x) for x in (ours, plain, bare))

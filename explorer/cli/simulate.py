@@ -22,11 +22,12 @@ def add(sub) -> None:
 
 
 def add_simulate(sub, name: str) -> None:
-    from explorer.cli.serving import add_workload_flags
+    from explorer.cli.serving import add_knob_flags, add_workload_flags
+    from explorer.serving.simulate.policy import modelled
 
     p = sub.add_parser(name, help="predict TTFT, TPOT and throughput before you buy (modelled)")
     p.add_argument("--model", default=None, help="bundled:target (default), arch:llama-3.1-8b, ...")
-    p.add_argument("--engine", choices=("continuous", "static", "sequential"), default="continuous")
+    p.add_argument("--engine", choices=modelled(), default="continuous")
     p.add_argument(
         "--hardware", default=None, help="a known chip: h100, h200, a100, l4, mi300x, ..."
     )
@@ -39,6 +40,7 @@ def add_simulate(sub, name: str) -> None:
     p.add_argument(
         "--goodput", nargs="+", default=None, metavar="SLO", help="e.g. ttft:500 tpot:50"
     )
+    add_knob_flags(p, modelled())
     p.add_argument(
         "--bw-efficiency", type=float, default=None, help="--hardware: share of peak bandwidth"
     )
@@ -69,13 +71,15 @@ def add_simulate(sub, name: str) -> None:
 def run(args) -> int:
     if args.validate:
         return _validate(args)
-    from explorer.cli.serving import workload_of
+    from explorer.cli.serving import check_unused_knob_flags, knobs_of, workload_of
     from explorer.serving import format_summary, parse_goodput
     from explorer.serving.simulate import simulate
 
     goodput = parse_goodput(args.goodput)
     workload = workload_of(args)
+    check_unused_knob_flags(args, (args.engine,))
     info, model, knobs, lm = _step_model(args)
+    knobs = {**knobs, **knobs_of(args, args.engine)}  # a knob's flag overrides the chip's plan
     requests = workload.requests(lm) if lm is not None else None
     res = simulate(info, workload, args.engine, model, goodput=goodput, requests=requests, **knobs)
     out = {**res.to_dict(), "modelled": True, "assumptions": res.meta["assumptions"]}
@@ -120,8 +124,8 @@ def _step_model(args):
             )
             if v is not None
         }
-        model, extra = chip_model(info, args.hardware, args.tp, **overrides)
-        return info, model, extra["knobs"], None
+        model, paper = chip_model(info, args.hardware, args.tp, **overrides)
+        return info, model, paper["knobs"], None
     if args.tp != 1:
         raise ValueError("--tp needs --hardware (this machine is one device)")
     from explorer.serving.simulate import profile

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from explorer.cli.common import print_json
+from explorer.cli.common import print_json, writable
 
 ORDER = 60
 
@@ -51,6 +51,7 @@ def run(args) -> int:
         if k.startswith("param_") and v is not None
     }
     kwargs = sweep.arguments(texts, name_of=lambda p: p.cli_flag)  # before loading: fails fast
+    writable(args.csv, "--csv")
     lm = load(args.model, device=args.device, dtype=args.dtype)
     df = sweep.run(lm, **kwargs)
     if args.csv:

@@ -105,8 +105,38 @@ class Calibration(EffectiveRates):
 
     @classmethod
     def load(cls, path) -> Calibration:
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        """A saved calibration; ValueError naming the file when it is not one."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a calibration file (not JSON: {err})") from None
+        missing = [k for k in PARAMS if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise ValueError(
+                f"{path}: not a calibration file (no {', '.join(missing)}); save one with "
+                "`explorer bench calibrate --out FILE`"
+            )
+        bad = [
+            k
+            for k in PARAMS
+            if not (k == "layer_overhead_s" and data[k] is None)
+            and (
+                not isinstance(data[k], (int, float))
+                or isinstance(data[k], bool)
+                or not np.isfinite(data[k])
+                or data[k] < 0
+            )
+        ]
+        if bad:
+            raise ValueError(
+                f"{path}: {', '.join(f'{k}={data[k]!r}' for k in bad)}: each must be a finite "
+                "number >= 0"
+            )
+        try:
+            return cls.from_dict(data)
+        except TypeError as err:
+            raise ValueError(f"{path}: not a calibration file ({err})") from None
 
     def summary(self) -> str:
         layer = (

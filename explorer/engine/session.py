@@ -110,14 +110,11 @@ class Session(StepRecorder):
         self.stop_at_eos = stop_at_eos
         self._eos = eos_ids(lm)
         self._pad = pad_id(lm, self._eos)
-        self._rows = prompt_rows(
-            lm, prompt, batch_size
-        )  # also for the prefix check of _fresh_cache()
+        self._rows = prompt_rows(lm, prompt, batch_size)  # kept for _fresh_cache()'s prefix check
         self.batch_size = len(self._rows)
         self.prompt_len = max(len(r) for r in self._rows)  # padded length
-        self._ids, self._mask = left_pad(
-            self._rows, self._pad, self.device
-        )  # [B, P], [B, P] or None
+        # ids [B, P], mask [B, P] or None
+        self._ids, self._mask = left_pad(self._rows, self._pad, self.device)
         self.prefix_cache = prefix_cache  # explorer.engine.prefix.PrefixCache: copied in
         self.cache_type = cache if use_cache else None
         self.cache_len = self._static_cache_len(cache, cache_len)
@@ -135,9 +132,11 @@ class Session(StepRecorder):
             return None
         from explorer.engine.options import static_cache_len
 
-        return static_cache_len(
+        length = static_cache_len(
             self.prompt_len, self.max_new_tokens, self.lm.info.max_positions, cache_len
         )
+        _check_static_cache(self.lm, length, self.batch_size)
+        return length
 
     def _start_bookkeeping(self, seed: int | None) -> None:
         """The generator, the per-step records and the caches of a session that has not stepped."""
@@ -200,6 +199,11 @@ class Session(StepRecorder):
     @property
     def done(self) -> bool:
         return self.stop_reason is not None
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """The model's end-of-text token ids (a row that produces one has ended)."""
+        return frozenset(self._eos)
 
     @property
     def tokens(self) -> list[int]:
@@ -282,6 +286,10 @@ class Session(StepRecorder):
         prefill (the next step is a prefill again). distribution() is unavailable until the next step.
         """
         check_int("k", k, 0)
+        with self._exclusive("rewind()", wait=True):
+            self._rewind_unlocked(k)
+
+    def _rewind_unlocked(self, k: int) -> None:
         n = len(self.trace.steps)
         if k > n:
             raise ValueError(f"cannot rewind {k} tokens: only {n} have been generated")
@@ -308,6 +316,10 @@ class Session(StepRecorder):
 
     def fork(self) -> Session:
         """An independent copy (cache, generator, trace) to explore another branch."""
+        with self._exclusive("fork()", wait=True):
+            return self._fork_unlocked()
+
+    def _fork_unlocked(self) -> Session:
         other = copy.copy(self)
         other.sampling = dataclasses.replace(self.sampling)
         other._cache = copy_cache(self._cache)
@@ -331,11 +343,12 @@ class Session(StepRecorder):
         the Trace's own record theirs in `Step.sampling`.
         """
         _check_sampling(sampling)
-        if sampling.seed is not None and sampling.seed != self.sampling.seed:
-            self._gen = make_generator(sampling.seed)
-        self.sampling = dataclasses.replace(sampling)
-        now = sampling.to_dict()
-        self._override = None if now == {k: self.trace.settings.get(k) for k in now} else now
+        with self._exclusive("set_sampling()", wait=True):
+            if sampling.seed is not None and sampling.seed != self.sampling.seed:
+                self._gen = make_generator(sampling.seed)
+            self.sampling = dataclasses.replace(sampling)
+            now = sampling.to_dict()
+            self._override = None if now == {k: self.trace.settings.get(k) for k in now} else now
 
     def distribution(self, row: int = 0) -> dict:
         """The full distribution of the latest step (the one that chose the last token).
@@ -429,13 +442,22 @@ class Session(StepRecorder):
         return replay_of(self, step)
 
     @contextmanager
-    def _exclusive(self, what: str):
-        if not self._busy.acquire(blocking=False):
+    def _exclusive(self, what: str, *, wait: bool = False):
+        """This session's lock (SessionBusy unless `wait`: a mutation waits for the step that
+        runs), then, for a forward pass, its model's: one forward at a time per model, whichever
+        Session, replay or serving run asks (explorer.model.sharing)."""
+        from explorer.model.sharing import model_lock
+
+        if not self._busy.acquire(blocking=wait):
             raise SessionBusy(
                 f"{what} cannot run while another step runs on this session; try again when it ends"
             )
         try:
-            yield
+            if wait:  # rewind, fork, set_sampling: this session's state only, no forward pass
+                yield
+            else:
+                with model_lock(self.lm.model):
+                    yield
         finally:
             self._busy.release()
 
@@ -567,6 +589,24 @@ class Session(StepRecorder):
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _check_static_cache(lm, cache_len: int, rows: int) -> None:
+    """A static cache is allocated whole: within the model's positions and the free memory."""
+    from explorer.model.memory import check_fits
+
+    limit = lm.info.max_positions
+    if limit and cache_len > limit:
+        raise ValueError(
+            f"cache_len {cache_len:,} is more than {lm.info.name}'s {limit:,} positions; "
+            f"give at most {limit:,}"
+        )
+    check_fits(
+        lm.info.kv_bytes_per_token * cache_len * rows,
+        lm.device,
+        f"a static cache of {cache_len:,} positions x {rows} row(s)",
+        "give a smaller cache_len",
+    )
 
 
 def _check_sampling(sampling) -> None:

@@ -22,7 +22,7 @@ SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
 class Spec:
     """What a setting is: its type, range, the value that switches it off, label and help text."""
 
-    kind: type  # float, int or bool
+    kind: type  # float, int, bool or str
     label: str
     help: str
     low: float | None = None
@@ -32,10 +32,15 @@ class Spec:
     optional: bool = False  # None is allowed (e.g. seed: random; max tokens: no limit)
     step: float | None = None  # widget increment
     cli: str | None = None  # CLI flag when not --field-name
+    choices: tuple | None = None  # the allowed values (a str setting with a fixed set)
 
     def range_text(self) -> str:
         if self.kind is bool:
             return "True or False"
+        if self.choices:
+            return f"one of {', '.join(map(str, self.choices))}"
+        if self.kind is str:
+            return f"text{' (or None)' if self.optional else ''}"
         lo = "" if self.low is None else f"{'>' if self.low_open else '>='} {_num(self.low)}"
         hi = "" if self.high is None else f"{'<' if self.high_open else '<='} {_num(self.high)}"
         what = "a whole number" if self.kind is int else "a number"
@@ -48,6 +53,9 @@ class Spec:
             return None if self.optional else f"must be {self.range_text()}, got None"
         if self.kind is bool:
             return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+        if self.choices or self.kind is str:
+            ok = value in self.choices if self.choices else isinstance(value, str)
+            return None if ok else f"must be {self.range_text()}, got {value!r}"
         ok_type = (
             isinstance(value, int) and not isinstance(value, bool)
             if self.kind is int

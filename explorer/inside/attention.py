@@ -14,6 +14,7 @@ import torch
 
 from explorer.inside.hooks import InsideUnavailable, hooked
 from explorer.model.layout import LayoutError, layout
+from explorer.model.sharing import model_lock
 
 
 def _weights_catcher(store: dict[int, torch.Tensor], i: int):
@@ -38,21 +39,23 @@ def _eager_pass(model, ids, cache, mask, past) -> dict[int, torch.Tensor]:
     switch = before not in (None, "eager") and hasattr(model, "set_attn_implementation")
     store: dict[int, torch.Tensor] = {}
     hooks = {layer.attention: (None, _weights_catcher(store, layer.index)) for layer in lay.layers}
-    try:
-        if switch:
-            model.set_attn_implementation("eager")
-        with hooked(hooks), torch.inference_mode():
-            model(
-                input_ids=ids, attention_mask=mask, cache=cache, use_cache=True,
-                position_ids=position_ids(ids, past, mask),
-            )  # fmt: skip
-    except (ValueError, TypeError, NotImplementedError) as e:
-        raise InsideUnavailable(
-            f"attention unavailable: {type(model).__name__} could not run with eager attention ({e})"
-        ) from None
-    finally:
-        if switch:
-            model.set_attn_implementation(before)
+    with model_lock(model):  # the switch and the hooks are seen by this pass only
+        try:
+            if switch:
+                model.set_attn_implementation("eager")
+            with hooked(hooks), torch.inference_mode():
+                model(
+                    input_ids=ids, attention_mask=mask, cache=cache, use_cache=True,
+                    position_ids=position_ids(ids, past, mask),
+                )  # fmt: skip
+        except (ValueError, TypeError, NotImplementedError) as e:
+            raise InsideUnavailable(
+                f"attention unavailable: {type(model).__name__} could not run with eager "
+                f"attention ({e})"
+            ) from None
+        finally:
+            if switch:
+                model.set_attn_implementation(before)
     if len(store) != len(lay.layers):
         raise InsideUnavailable(
             f"attention unavailable: {type(model).__name__}'s attention modules returned weights in "

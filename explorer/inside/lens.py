@@ -16,6 +16,7 @@ import torch
 
 from explorer.inside.hooks import InsideUnavailable, hooked
 from explorer.model.layout import LayoutError, layout
+from explorer.model.sharing import model_lock
 
 
 def _residual_catcher(store: dict[int, torch.Tensor], i: int):
@@ -56,9 +57,8 @@ def logit_lens(
     except LayoutError as e:
         raise InsideUnavailable(f"logit lens unavailable: {e}") from None
     resid: dict[int, torch.Tensor] = {}
-    with hooked(
-        {layer.block: (None, _residual_catcher(resid, layer.index)) for layer in lay.layers}
-    ):
+    hooks = {layer.block: (None, _residual_catcher(resid, layer.index)) for layer in lay.layers}
+    with model_lock(model), hooked(hooks):  # the hooks see this pass only
         run()
     if len(resid) != len(lay.layers):
         raise InsideUnavailable(

@@ -163,7 +163,10 @@ def _load_arch(name: str, dev: torch.device, dt: torch.dtype, seed: int) -> Load
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
+    from explorer.model.memory import check_arch_fits
+
     config, meta = arch_config(name)
+    check_arch_fits(name, dev, dt)  # before a byte is allocated
     with no_init_weights(), torch.device(dev):
         model = AutoModelForCausalLM.from_config(config, dtype=dt)
     model.tie_weights()

@@ -14,6 +14,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
+from explorer.model.sharing import model_lock
+
 # --- low-level phases ----------------------------------------------------------------------------
 
 
@@ -65,7 +67,7 @@ def forward(
             f"and {input_ids.shape[1]} are fed"
         )
     kw = {"logits_to_keep": 1} if last_only and accepts_logits_to_keep(model) else {}
-    with torch.inference_mode():
+    with model_lock(model), torch.inference_mode():  # one forward at a time per model
         out = (fn or model)(
             input_ids=input_ids,
             attention_mask=attention_mask,

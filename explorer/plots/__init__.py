@@ -51,6 +51,8 @@ for _name in (
     "SPLIT_COLORS",
     "REGIME_COLORS",
     "OVERHEAD_CEILING",
+    "SINK_SHARE",
+    "LOG_AXIS",
 ):
     for _m in _MODULES:
         if hasattr(_m, _name):

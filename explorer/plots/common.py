@@ -80,6 +80,18 @@ def _style_axes(fig: go.Figure) -> None:
     fig.update_yaxes(**_AXIS)
 
 
+# Log axes: ticks at 1, 2 and 5 of each decade (not every digit 2..9 piled up), SI prefixes (k, M, G,
+# T rather than plotly's default "B" for billions).
+LOG_AXIS = dict(dtick="D2", exponentformat="SI")
+
+
+def log_ticks(fig: go.Figure) -> go.Figure:
+    """The house's log-axis labels on every logarithmic axis of `fig`."""
+    fig.for_each_xaxis(lambda ax: ax.update(LOG_AXIS) if ax.type == "log" else None)
+    fig.for_each_yaxis(lambda ax: ax.update(LOG_AXIS) if ax.type == "log" else None)
+    return fig
+
+
 def _house_style(fig: go.Figure, *, height: int, **layout) -> go.Figure:
     """The house style on a figure built by hand or with subplots: every axis, the white page,
     the margins; `layout` on top (legend, title, ...)."""
@@ -95,7 +107,7 @@ def _house_style(fig: go.Figure, *, height: int, **layout) -> go.Figure:
             **layout,
         }
     )
-    return fig
+    return log_ticks(fig)
 
 
 # --- small helpers -------------------------------------------------------------------------------
@@ -186,10 +198,30 @@ def replace(fig: go.Figure, columns: Columns, layout: dict | None = None) -> Non
 def redraw(widget: go.Figure, fig: go.Figure) -> None:
     """Make a FigureWidget show another figure (its traces, layout and shapes), in one batch: for
     views whose trace count depends on the data (a run's Gantt, its CDFs)."""
+    stale = _removed(widget.layout.to_plotly_json(), fig.layout.to_plotly_json())
     with widget.batch_update():
         widget.data = []
-        widget.layout = fig.layout
+        # The traces first: plotly.js given a subplot layout before its traces draws NaN axis lines
+        # (console errors). Then what the new layout lacks is removed (assigning a layout only adds
+        # and changes; sent at once, while those values are still set on the Python side); then
+        # the new layout.
         widget.add_traces(list(fig.data))
+        if stale:
+            widget.plotly_relayout(stale)
+        widget.layout = fig.layout
+
+
+def _removed(old: dict, new: dict, prefix: str = "") -> dict:
+    """Relayout paths (set to None) of what `old` holds and `new` does not: an earlier figure's
+    annotations (a placeholder's hint), shapes, hidden axes."""
+    out: dict = {}
+    for key, value in old.items():
+        path = f"{prefix}{key}"
+        if key not in new:
+            out[path] = None
+        elif isinstance(value, dict) and isinstance(new[key], dict):
+            out.update(_removed(value, new[key], path + "."))
+    return out
 
 
 def clear(fig: go.Figure, props: Sequence[str] = ("x", "y")) -> None:

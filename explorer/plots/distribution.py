@@ -176,7 +176,7 @@ def _cdf_columns(step: Step, top: list[dict]) -> Columns:
     lo, hi = draw.get("cdf_lo"), draw.get("cdf_hi")
     rank = min(step.rank_final, len(ranked))  # a token beyond the top-n sits just right of them
     beyond = (
-        f" · chosen: rank {step.rank_final} (beyond the top {len(ranked)})"
+        f" · chosen: rank {step.rank_final} (past the top {len(ranked)})"
         if step.rank_final >= len(ranked)
         else ""
     )
@@ -191,7 +191,8 @@ def _cdf_columns(step: Step, top: list[dict]) -> Columns:
         }
     else:
         label = "forced: chosen by you" if step.forced else "greedy: argmax (no draw)"
-        u_cols = {"x": np.array([0.0]), "y": np.array([1.0]), "text": _objs([label])}
+        # low in the panel: at the top the label would sit on the panel's title
+        u_cols = {"x": np.array([0.0]), "y": np.array([0.1]), "text": _objs([label])}
     return {
         "cdf": {"x": np.arange(len(ranked), dtype=np.float64), "y": cum, "hovertext": _objs(hover)},
         "chosen band": {"x": band_x, "y": band_y},

@@ -73,7 +73,8 @@ def lens_figure(records: list[dict] | None = None, *, height: int = 420) -> go.F
     return _house_style(
         fig,
         height=height,
-        legend=dict(orientation="h", x=0.62, y=-0.15),
+        legend=dict(orientation="h", x=0.62, y=0, yref="container", yanchor="bottom"),
+        margin=dict(l=60, r=20, t=70, b=90),
         title=dict(
             text="Logit lens (measured: one replayed pass)" if records else "Run the logit lens",
             font=dict(size=13),
@@ -91,6 +92,9 @@ def attention_rows(att: dict, head: int | str | None = "mean") -> list[list[floa
     if not 0 <= h < att["heads"]:
         raise ValueError(f"head {h} is out of range: this model has heads 0..{att['heads'] - 1}")
     return [layer[h] for layer in att["weights"]]
+
+
+SINK_SHARE = 0.2  # a first token drawing this share of attention or more is called a sink
 
 
 def attention_figure(
@@ -125,13 +129,27 @@ def attention_figure(
         title = (
             f"Attention of the newest token ({which}; {att['layers']} layers x {att['heads']} heads, "
             f"eager attention for this pass)"
-            + (f" · {100 * sink:.0f}% on the first token (sink), mean over layers" if sink else "")
+            + (
+                f" · {100 * sink:.0f}% on the first token, mean over layers"
+                + (" (an attention sink)" if sink >= SINK_SHARE else "")
+                if sink is not None
+                else ""
+            )
         )
     else:
         title = "Show the attention of the newest token"
-    fig.update_xaxes(title_text="context position (0 = first token)")
+    if att and att.get("tokens"):  # each column labelled by its token (position in the hover)
+        labels = [f"{show_token(t)}" for t in att["tokens"]]
+        every = max(1, len(labels) // 40)  # at most ~40 labels across the chart
+        fig.update_xaxes(
+            tickmode="array",
+            tickvals=att["positions"][::every],
+            ticktext=labels[::every],
+            tickangle=-60,
+        )
+    fig.update_xaxes(title_text="context token (position 0 = first)")
     fig.update_yaxes(title_text="layer")
     return _house_style(
-        fig, height=height, margin=dict(l=60, r=20, t=60, b=50),
+        fig, height=height, margin=dict(l=60, r=20, t=60, b=90),
         title=dict(text=title, font=dict(size=13)),
     )  # fmt: skip

@@ -47,7 +47,8 @@ def latency_figure(device: str = "", dtype: str = "", *, height: int = 300) -> g
                 text=f"Latency per step (measured{where}: one forward pass each, device-synchronised)",
                 font=dict(size=13),
             ),
-            xaxis=dict(title="step"),
+            # the autorange holds steps 0..8 at least: whole-step ticks, never half steps
+            xaxis=dict(title="step", autorangeoptions=dict(include=[0, 8])),
             yaxis=dict(title="ms", rangemode="tozero"),
             legend=dict(orientation="h", x=0, y=1.12),
         ),

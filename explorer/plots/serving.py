@@ -12,12 +12,15 @@ The serving sweep's own chart is registered with @sweep_plot("serving") at the b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.plots.common import _layout, _style_axes
+from explorer.plots.common import _layout, _style_axes, log_ticks
 from explorer.plots.sweeps import _col, sweep_plot
+from explorer.serving.engines import names as engine_names
 
 PHASES = {"queue": "#c7c7c7", "prefill": "#ff7f0e", "decode": "#1f77b4"}
 ENGINE_COLORS = {
@@ -27,6 +30,14 @@ ENGINE_COLORS = {
     "http": "#9467bd",
     "simulated": "#d62728",
 }
+SPARE_COLORS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf")  # engines without a colour above
+
+
+def engine_color(engine: str | None) -> str | None:
+    """An engine's colour (a newly registered engine gets a spare one)."""
+    if engine in ENGINE_COLORS or engine not in engine_names():
+        return ENGINE_COLORS.get(engine)
+    return SPARE_COLORS[engine_names().index(engine) % len(SPARE_COLORS)]
 
 
 def _kind(res) -> str:
@@ -50,7 +61,7 @@ def gantt_figure(res, max_requests: int = 64) -> go.Figure:
             title=_title(res, "Requests over time"),
             barmode="stack",
             height=max(260, 18 * len(recs) + 120),
-            xaxis=dict(title="wall time (s)"),
+            xaxis=dict(title="wall time since the run started (s)", rangemode="tozero"),
             yaxis=dict(title="request", autorange="reversed"),
         )
     )
@@ -114,7 +125,7 @@ def itl_figure(res) -> go.Figure:
     fig = go.Figure(
         layout=_layout(
             title=_title(res, "Inter-token latency"),
-            xaxis=dict(title="wall time (s)"),
+            xaxis=dict(title="wall time since the run started (s)", rangemode="tozero"),
             yaxis=dict(title="ITL (ms)"),
             height=360,
             showlegend=True,
@@ -172,7 +183,7 @@ def cdf_figure(results) -> go.Figure:
     results = results if isinstance(results, (list, tuple)) else [results]
     fig = make_subplots(rows=1, cols=3, subplot_titles=("TTFT", "TPOT", "E2E latency"))
     for k, res in enumerate(results):
-        color = ENGINE_COLORS.get(res.engine.get("engine"), None)
+        color = engine_color(res.engine.get("engine"))
         dash = "dot" if res.meta.get("modelled") else None
         for col, name in enumerate(("ttft", "tpot", "e2el"), start=1):
             vals = np.sort(
@@ -196,7 +207,11 @@ def cdf_figure(results) -> go.Figure:
     fig.update_xaxes(title_text="ms")
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1, range=[0, 1.02])
     fig.update_layout(
-        height=340, template="none", title="Latency CDFs", legend=dict(orientation="h", y=-0.25)
+        height=360,
+        template="none",
+        title="Latency CDFs",
+        legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+        margin=dict(l=60, r=20, t=80, b=90),
     )
     return fig
 
@@ -204,24 +219,29 @@ def cdf_figure(results) -> go.Figure:
 def engine_figure(res) -> go.Figure:
     """Per engine iteration: requests decoding, prompt tokens prefilled, waiting queue, KV blocks."""
     its = res.iterations
+    # one quantity per panel, each axis titled: requests (~16) and prompt tokens (~250) apart
     fig = make_subplots(
-        rows=2,
+        rows=3,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=("batch per iteration", "KV cache blocks"),
+        vertical_spacing=0.07,
+        subplot_titles=(
+            "requests per iteration",
+            "prompt tokens prefilled per iteration",
+            "KV cache blocks",
+        ),
     )
     t = [i.end_s for i in its]
     lines = [  # (name, Iteration field, row, line style)
         ("requests decoding", "decode_requests", 1, dict(shape="hv", color=PHASES["decode"])),
-        ("prompt tokens prefilled", "prefill_tokens", 1, dict(shape="hv", color=PHASES["prefill"])),
-        ("waiting", "waiting", 1, dict(shape="hv", color="#7f7f7f", dash="dot")),
+        ("requests waiting", "waiting", 1, dict(shape="hv", color="#7f7f7f", dash="dot")),
+        ("prompt tokens prefilled", "prefill_tokens", 2, dict(shape="hv", color=PHASES["prefill"])),
     ]
     has_kv = any(i.kv_blocks_total for i in its)
     if has_kv:
         lines += [
-            ("KV blocks in use", "kv_blocks_used", 2, dict(shape="hv", color="#9467bd")),
-            ("KV budget", "kv_blocks_total", 2, dict(color="black", dash="dash")),
+            ("KV blocks in use", "kv_blocks_used", 3, dict(shape="hv", color="#9467bd")),
+            ("KV budget", "kv_blocks_total", 3, dict(color="black", dash="dash")),
         ]
     for name, key, row, line in lines:
         y = [getattr(i, key) for i in its]
@@ -237,16 +257,21 @@ def engine_figure(res) -> go.Figure:
                     mode="markers",
                     marker=dict(symbol="x", color="#d62728", size=9),
                 ),
-                2,
+                3,
                 1,
             )
     _style_axes(fig)
-    fig.update_xaxes(title_text="wall time (s)", row=2, col=1)
+    # from the run's start, as the Gantt above it (the first iteration ends a little after 0)
+    fig.update_xaxes(autorangeoptions=dict(include=[0]))
+    fig.update_xaxes(title_text="wall time since the run started (s)", row=3, col=1)
+    for row, unit in ((1, "requests"), (2, "tokens"), (3, "blocks")):
+        fig.update_yaxes(title_text=unit, rangemode="tozero", row=row, col=1)
     fig.update_layout(
-        height=460,
+        height=560,
         template="none",
         title=_title(res, "Inside the engine"),
-        legend=dict(orientation="h", y=-0.15),
+        legend=dict(orientation="h", y=-0.12),
+        margin=dict(l=60, r=20, t=70, b=90),
     )
     return fig
 
@@ -270,7 +295,7 @@ def pareto_figure(df) -> go.Figure:
                 mode="markers+text",
                 text=[f"{v:g}" for v in g["value"]],
                 textposition="top center",
-                marker=dict(size=9, color=ENGINE_COLORS.get(engine)),
+                marker=dict(size=9, color=engine_color(engine)),
             )
         )
     front = df[df["pareto"]].sort_values("tok_s_per_user")
@@ -315,14 +340,7 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
             col=col,
         )
         if slo in slos:
-            fig.add_hline(
-                y=slos[slo],
-                line_dash="dash",
-                line_color="black",
-                row=1,
-                col=col,
-                annotation_text=f"SLO {slos[slo]:g} ms",
-            )
+            _slo_line(fig, col, slos[slo])
     head = rows[0] if rows else {}
     label = title or (
         f"{head.get('model', '?')} on {head.get('tp', 1)} x {head.get('chip', '?')}: latency vs "
@@ -332,12 +350,39 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
     fig.update_xaxes(title_text="output tokens/s (modelled)", type="log")
     fig.update_yaxes(type="log")
     _style_axes(fig)
+    log_ticks(fig)
     return fig
+
+
+def _slo_line(fig: go.Figure, col: int, ms: float) -> None:
+    """A dashed SLO line across subplot `col` with its label. The axes are logarithmic: a shape's y
+    is a data value but an annotation's y is in log10 units there (500 ms is y=2.7, not 10^500)."""
+    axis = "" if col == 1 else str(col)
+    fig.add_shape(
+        type="line",
+        xref=f"x{axis} domain",
+        yref=f"y{axis}",
+        x0=0,
+        x1=1,
+        y0=ms,
+        y1=ms,
+        line=dict(color="black", dash="dash"),
+    )
+    fig.add_annotation(
+        text=f"SLO {ms:g} ms",
+        xref=f"x{axis} domain",
+        yref=f"y{axis}",
+        x=1,
+        y=math.log10(ms) if ms > 0 else 0,
+        xanchor="right",
+        yanchor="bottom",
+        showarrow=False,
+    )
 
 
 # --- the serving sweep's chart (explorer.sweeps.serving) -----------------------------------------
 
-_SWEEP_ENGINES = ("sequential", "static", "continuous")
+_SWEEP_ENGINES = engine_names(local_only=True)  # the engines the serving sweep runs
 OFFERED = "offered load (modelled: rate x output tokens)"
 
 
@@ -383,7 +428,7 @@ def _serving_figure() -> go.Figure:
         rows=1, cols=2, subplot_titles=("output throughput", "TTFT (p50 solid, p99 dotted)")
     )
     for e in _SWEEP_ENGINES:
-        c = ENGINE_COLORS[e]
+        c = engine_color(e)
         fig.add_trace(
             go.Scatter(
                 name=f"{e}: output tok/s (measured)",

@@ -61,7 +61,8 @@ def rounds_figure(*, height: int = 380) -> go.Figure:
                 zeroline=False,
             ),
             yaxis=dict(title="round", autorange="reversed", dtick=1, zeroline=False),
-            legend=dict(orientation="h", x=0, y=1.12),
+            legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+            margin=dict(l=60, r=20, t=50, b=110),
         ),
     )
     return fig
@@ -155,9 +156,10 @@ def alpha_figure(*, height: int = 300) -> go.Figure:
         layout=_layout(
             height=height,
             title=dict(text="Acceptance rate alpha", font=dict(size=13)),
-            xaxis=dict(title="round"),
+            xaxis=dict(title="round", autorangeoptions=dict(include=[0, 4])),  # whole rounds
             yaxis=dict(title="alpha", range=[0, 1.05]),
-            legend=dict(orientation="h", x=0, y=1.15),
+            legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+            margin=dict(l=60, r=20, t=50, b=130),
         ),
     )
 
@@ -246,7 +248,8 @@ def speedup_figure(rows: Sequence[dict] = (), *, height: int = 340) -> go.Figure
             title=dict(text="Speedup over target-only decoding, per k", font=dict(size=13)),
             xaxis=dict(title="k (draft tokens per round)", dtick=1),
             yaxis=dict(title="speedup (x)"),
-            legend=dict(orientation="h", x=0, y=1.18),
+            legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+            margin=dict(l=60, r=20, t=50, b=100),
         ),
     )
     fig.add_hline(y=1, line=dict(color="#555", dash="dash"))

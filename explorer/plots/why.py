@@ -69,8 +69,8 @@ def split_figure(obj: Any = None, *, height: int = 220) -> go.Figure:
             ),
             xaxis=dict(title="ms (floors: modelled at measured peaks; overhead: measured - bound)"),
             yaxis=dict(showticklabels=False, showgrid=False),
-            legend=dict(orientation="h", x=0, y=-0.45),
-            margin=dict(l=20, r=20, t=50, b=80),
+            legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+            margin=dict(l=20, r=20, t=50, b=110),
         )
     )
     for part, seconds in (stack or {}).items():
@@ -130,8 +130,8 @@ def profile_figure(profile: dict | None = None, *, height: int = 380) -> go.Figu
             title=dict(text=title, font=dict(size=13)),
             xaxis=dict(title="ms"),
             yaxis=dict(autorange="reversed"),
-            legend=dict(orientation="h", x=0, y=-0.2),
-            margin=dict(l=140, r=20, t=60, b=60),
+            legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+            margin=dict(l=140, r=20, t=60, b=90),
         ),
     )
     return fig

@@ -91,7 +91,10 @@ def serve(
     label: str | None = None,
     **knobs,
 ) -> ServingResult:
-    """Run the workload's requests through the engine; Ctrl-C or stop.set() keeps what finished."""
+    """Run the workload's requests through the engine; stop.set() keeps what finished (status
+    "partial" / "stopped"). Ctrl-C stops the run and raises RunInterrupted, a KeyboardInterrupt
+    whose .result holds what was measured, marked partial: a loop over runs stops too, and
+    nothing reports the part as a whole."""
     if isinstance(workload, Workload):
         wl, requests = workload, workload.requests(lm)
     else:
@@ -126,14 +129,27 @@ def serve(
     if status == "complete" and any(not r.ok for r in records.values()):
         status = "partial" if any(r.ok for r in records.values()) else "failed"
     recs = list(records.values())
-    return ServingResult(
+    res = ServingResult(
         engine=eng.describe(),
         workload=wl.to_dict() if wl else {"num_prompts": len(requests)},
         records=recs,
         iterations=iterations,
         result=summarise(recs, goodput),
-        meta=_meta(lm, status, label or eng.describe()["engine"]),
+        meta=run_meta(lm, status, label or eng.describe()["engine"]),
     )
+    res.meta["partial"] = status != "complete"
+    if status.startswith("interrupted"):
+        raise RunInterrupted(res)
+    return res
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during serve(): .result is what the run measured, status "interrupted (Ctrl-C)",
+    partial; save it if you want it, never as a finished run."""
+
+    def __init__(self, result: ServingResult):
+        super().__init__("interrupted (Ctrl-C)")
+        self.result = result
 
 
 def _linked(outer: threading.Event | None) -> threading.Event:
@@ -150,7 +166,8 @@ def _linked(outer: threading.Event | None) -> threading.Event:
     return inner
 
 
-def _meta(lm, status: str, label: str) -> dict:
+def run_meta(lm, status: str, label: str) -> dict:
+    """The meta of a result: date, status and label, and the model, device and dtype of lm."""
     out = {
         "date": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
         "status": status,

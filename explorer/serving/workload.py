@@ -73,6 +73,11 @@ class Workload:
 
     def check(self) -> None:
         if self.requests_override is not None:
+            if not isinstance(self.requests_override, list) or not self.requests_override:
+                raise WorkloadError("requests_override must be a non-empty list of requests")
+            self.requests_override = [
+                _check_row(row, f"request {i}") for i, row in enumerate(self.requests_override)
+            ]
             return
         _at_least("num_prompts", self.num_prompts, 1)
         if self.arrival not in ARRIVALS:
@@ -80,11 +85,11 @@ class Workload:
                 f"arrival must be one of {', '.join(ARRIVALS)}, got {self.arrival!r}"
             )
         if self.arrival != "burst":
-            if self.request_rate is None or not self.request_rate > 0:
+            if self.request_rate is None or not self.request_rate > 0:  # NaN too
                 raise WorkloadError(
                     f"request rate must be > 0 requests/s for {self.arrival} arrivals, got {self.request_rate}"
                 )
-        if self.arrival == "gamma" and not self.burstiness > 0:
+        if self.arrival == "gamma" and not (_finite(self.burstiness) and self.burstiness > 0):
             raise WorkloadError(f"burstiness must be > 0, got {self.burstiness}")
         if self.max_concurrency is not None:
             _at_least("max concurrency", self.max_concurrency, 1)
@@ -95,8 +100,9 @@ class Workload:
                 raise WorkloadError(
                     f"{what}_dist must be one of {', '.join(LENGTHS)}, got {dist!r}"
                 )
-            if getattr(self, f"{what}_spread") < 0:
-                raise WorkloadError(f"{what}_spread must be >= 0")
+            spread = getattr(self, f"{what}_spread")
+            if not _finite(spread) or spread < 0:
+                raise WorkloadError(f"{what}_spread must be a finite number >= 0, got {spread!r}")
         if not 0 <= self.shared_prefix_fraction <= 1:
             raise WorkloadError("shared_prefix_fraction must be between 0 and 1")
         if self.shared_prefix_fraction > 0 and not 0 < self.shared_prefix_len < self.input_len:
@@ -114,10 +120,12 @@ class Workload:
         the prompts are seeded random token ids below vocab_size."""
         if self.requests_override is not None:
             return [_replayed(i, r, lm) for i, r in enumerate(self.requests_override)]
+        _check_memory(self.num_prompts, self.num_prompts * self.input_len, "num_prompts")
         rng = random.Random(self.seed)
         arrivals = self.arrival_times(rng)
         ins = [self._length(rng, "input") for _ in range(self.num_prompts)]
         outs = [self._length(rng, "output") for _ in range(self.num_prompts)]
+        self._check_lengths(ins, outs, lm)  # before any prompt is built
         source = _PromptSource(lm, vocab_size, rng)
         prefix = source.take(self.shared_prefix_len) if self.shared_prefix_fraction else []
         n_shared = round(self.shared_prefix_fraction * self.num_prompts)
@@ -127,6 +135,19 @@ class Workload:
             ids, text = source.prompt(head + source.take(max(1, ins[i] - len(head))), ins[i])
             out.append(Request(f"req-{i}", ids, outs[i], arrivals[i], text))
         return out
+
+    def _check_lengths(self, ins: list[int], outs: list[int], lm) -> None:
+        """Sampled lengths within the model's context, and their prompts within memory."""
+        limit = lm.info.max_positions if lm is not None else 0
+        for i, (n_in, n_out) in enumerate(zip(ins, outs)):
+            if limit and n_in + n_out > limit:
+                raise WorkloadError(
+                    f"request {i} samples {n_in:,} prompt + {n_out:,} new tokens, more than "
+                    f"{lm.info.name}'s context of {limit:,} positions (input {self.input_dist} "
+                    f"spread {self.input_spread}, output {self.output_dist} spread "
+                    f"{self.output_spread}): lower the lengths or their spread"
+                )
+        _check_memory(len(ins), sum(ins), "the sampled prompt lengths")
 
     def arrival_times(self, rng: random.Random | None = None) -> list[float]:
         """Seconds after the start at which each request is sent (before any concurrency limit)."""
@@ -153,7 +174,7 @@ class Workload:
         if dist == "uniform":
             value = rng.uniform(value * (1 - spread), value * (1 + spread))
         elif dist == "lognormal":
-            value = math.exp(rng.gauss(math.log(value), spread))
+            value = math.exp(min(rng.gauss(math.log(value), spread), 700.0))  # no overflow
         return max(1, round(value))
 
     # --- files -----------------------------------------------------------------------------------
@@ -167,7 +188,10 @@ class Workload:
         unknown = set(data) - names
         if unknown:
             raise WorkloadError(f"unknown workload fields: {', '.join(sorted(unknown))}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except TypeError as err:  # a comparison of a field of the wrong type
+            raise WorkloadError(f"a workload field has the wrong type ({err})") from None
 
     def save(self, path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
@@ -178,15 +202,24 @@ class Workload:
         if path.suffix == ".jsonl":
             return cls.from_jsonl(path)
         try:
-            return cls.from_dict(json.loads(path.read_text()))
+            data = json.loads(_text_of(path))
         except json.JSONDecodeError as err:
             raise WorkloadError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+        if not isinstance(data, dict):
+            raise WorkloadError(
+                f"{path}: expected a JSON object of workload fields, got a JSON "
+                f"{type(data).__name__} (a trace of requests is a .jsonl file, one per line)"
+            )
+        try:
+            return cls.from_dict(data)
+        except WorkloadError as err:
+            raise WorkloadError(f"{path}: {err}") from None
 
     @classmethod
     def from_jsonl(cls, path, ignore_eos: bool = True) -> Workload:
         """A replayed trace: one {"prompt": text or [ids], "max_tokens": N, "arrival_s": t} per line."""
         rows = []
-        for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        for n, line in enumerate(_text_of(Path(path)).splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -208,30 +241,77 @@ def save_requests(path, requests: list[Request]) -> None:
     Path(path).write_text("\n".join(lines) + "\n")
 
 
+# modelled bytes a request holds in Python while it is built and served (Request, RequestRecord,
+# its lists and floats), and per prompt token (a list slot and, for random ids, an int object)
+REQUEST_BYTES, TOKEN_BYTES = 1024, 40
+
+
+def _check_memory(n_requests: int, n_tokens: int, what: str) -> None:
+    """WorkloadError before building requests that would not fit the machine's memory."""
+    from explorer.model.device import available_bytes
+    from explorer.model.memory import HEADROOM, gib
+
+    need = n_requests * REQUEST_BYTES + n_tokens * TOKEN_BYTES
+    free = available_bytes("cpu")
+    if free is not None and need > HEADROOM * free:
+        raise WorkloadError(
+            f"{what}: {n_requests:,} requests of {n_tokens:,} prompt tokens in all need "
+            f"{gib(need)} (modelled) to build, this machine has {gib(free)} available; "
+            "ask for fewer prompts or shorter ones"
+        )
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def _at_least(name: str, value, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise WorkloadError(f"{name} must be a whole number >= {low}, got {value!r}")
 
 
+MAX_ARRIVAL_S = 7 * 24 * 3600.0  # a replayed trace longer than a week is a unit mistake
+MAX_TOKENS = 10_000_000
+
+
+def _text_of(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise WorkloadError(
+            f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8 JSON"
+        ) from None
+
+
 def _check_row(row, where: str) -> dict:
+    """One replayed request, each field checked: type, finite, in range (the message says where)."""
     if not isinstance(row, dict) or "prompt" not in row:
         raise WorkloadError(f"{where}: expected an object with a 'prompt', got {str(row)[:60]}")
     prompt = row["prompt"]
-    ok = (
-        isinstance(prompt, str)
-        and prompt
-        or (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt))
+    ids_ok = isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
     )
-    if not ok:
-        raise WorkloadError(f"{where}: 'prompt' must be non-empty text or a list of token ids")
-    max_tokens = row.get("max_tokens", 32)
-    if not isinstance(max_tokens, int) or max_tokens < 1:
+    if not ((isinstance(prompt, str) or ids_ok) and prompt):
         raise WorkloadError(
-            f"{where}: 'max_tokens' must be a whole number >= 1, got {max_tokens!r}"
+            f"{where}: 'prompt' must be non-empty text or a list of token ids (whole numbers "
+            f">= 0), got {str(prompt)[:60]}"
+        )
+    max_tokens = row.get("max_tokens", 32)
+    if (
+        not isinstance(max_tokens, int)
+        or isinstance(max_tokens, bool)
+        or not 1 <= max_tokens <= MAX_TOKENS
+    ):
+        raise WorkloadError(
+            f"{where}: 'max_tokens' must be a whole number >= 1 and <= {MAX_TOKENS:,}, got "
+            f"{max_tokens!r}"
         )
     arrival = row.get("arrival_s", 0.0)
-    if not isinstance(arrival, (int, float)) or arrival < 0:
-        raise WorkloadError(f"{where}: 'arrival_s' must be a number >= 0, got {arrival!r}")
+    if not _finite(arrival) or not 0 <= arrival <= MAX_ARRIVAL_S:
+        raise WorkloadError(
+            f"{where}: 'arrival_s' must be a number >= 0 and <= {MAX_ARRIVAL_S:,.0f} s (a "
+            f"week), got {arrival!r}"
+        )
     return {"prompt": prompt, "max_tokens": max_tokens, "arrival_s": float(arrival)}
 
 

@@ -95,6 +95,7 @@ def run(
     check_count("repeats", repeats)
     notes: list[str] = []
     contexts = _within_positions(lm, contexts, notes)
+    contexts = _contexts_that_fit(lm, contexts, min(batches), memory_limit_bytes, notes)
     if isinstance(calibration, dict):
         calibration = Calibration.from_dict(calibration)
     grid = _Grid(
@@ -225,6 +226,23 @@ class _Grid:
             calibration=cal.to_dict() if cal is not None else None,
             regime_rule=costs.split.REGIME_RULE,
         )
+
+
+def _contexts_that_fit(lm, contexts: list[int], B: int, limit, notes: list[str]) -> list[int]:
+    """Checked before the prefill: contexts whose smallest batch would not fit are dropped with a
+    note; none left is one error naming the memory needed and available."""
+    reasons = {c: wont_fit(lm, B, c, limit) for c in contexts}
+    fit = [c for c in contexts if reasons[c] is None]
+    if not fit:
+        c = min(contexts)
+        raise ValueError(
+            f"regime map: no cell fits in memory: batch {B} at context {c} {reasons[c]}; "
+            "give smaller --contexts or --batches"
+        )
+    if len(fit) < len(contexts):
+        dropped = [c for c in contexts if reasons[c]]
+        notes.append(f"contexts {dropped} dropped before the prefill: {reasons[dropped[0]]}")
+    return fit
 
 
 def points(df: pd.DataFrame) -> list[dict]:

@@ -2,9 +2,10 @@
 
     over="rate"         request rate (Poisson) -> throughput vs p50/p99 latency, the knee marked
     over="concurrency"  closed loop with C in flight (all requests ready at t=0)
-    over="batch"        batch limit (static: max_batch; continuous: max_requests_per_batch) ->
+    over="batch"        the engine's batch limit (its Knobs.batch_knob: static max_batch,
+                        continuous max_requests_per_batch) ->
                         output tok/s per machine vs tok/s per user: the Pareto front
-    over="kv"           continuous KV block budget (num_blocks) -> preemptions and latency
+    over="kv"           the KV block budget (Knobs.kv_knob: continuous num_blocks) -> preemptions
 
 Knee (rate sweeps): the highest rate before median TTFT first exceeds twice its value at the
 lightest rate -- past it, requests queue faster than the engine drains them. No knee is marked
@@ -18,6 +19,8 @@ import threading
 import pandas as pd
 
 from explorer.serving import Workload, serve
+from explorer.serving.engines import get as get_engine
+from explorer.serving.engines import names as engine_names
 from explorer.sweeps import Param, Sweep, register
 from explorer.sweeps._common import COLUMNS as GLOSSARY
 from explorer.sweeps._common import Bar, Progress, attrs, frame, measure_points
@@ -49,7 +52,7 @@ COLUMNS = [
 
 GLOSSARY.update(
     {
-        "engine": "serving engine (sequential, static, continuous)",
+        "engine": f"serving engine ({', '.join(engine_names(local_only=True))})",
         "over": "what the sweep varies: rate, concurrency, batch or kv",
         "value": "the setting: requests/s, in-flight limit, batch limit or KV blocks",
         "completed": "requests that finished",
@@ -97,8 +100,8 @@ def run(
     over = over[0] if isinstance(over, list) else over
     if over not in OVER:
         raise ValueError(f"over must be one of {', '.join(OVER)}, got {over!r}")
-    if over == "kv" and list(engines) != ["continuous"]:
-        engines = ["continuous"]
+    if over == "kv":  # only the engines with a KV budget knob
+        engines = [e for e in engine_names(local_only=True) if get_engine(e).Knobs.kv_knob]
     points = [(e, v) for e in engines for v in values]
     notes: list[str] = []
     if repeats != 1:
@@ -142,14 +145,9 @@ def _setting(over, value, engine, n, input_len, output_len, seed):
         wl.update(arrival="poisson", request_rate=float(value))
     elif over == "concurrency":
         wl.update(max_concurrency=int(value))
-    elif over == "batch":
-        kn = (
-            {"max_batch": int(value)}
-            if engine == "static"
-            else ({"max_requests_per_batch": int(value)} if engine == "continuous" else {})
-        )
-    else:
-        kn = {"num_blocks": int(value)}
+    else:  # batch or kv: the engine's knob for it, as its Knobs declare (none: unchanged)
+        knob = getattr(get_engine(engine).Knobs, f"{over}_knob")
+        kn = {knob: int(value)} if knob else {}
     return Workload(**wl), kn
 
 
@@ -201,7 +199,13 @@ register(
         params=(
             Param("values", "floats", "values", "1,2,4,8,16", "the settings to sweep"),
             Param("over", "names", "over", "rate", "rate | concurrency | batch | kv"),
-            Param("engines", "names", "engines", "continuous", "sequential, static, continuous"),
+            Param(
+                "engines",
+                "names",
+                "engines",
+                "continuous",
+                ", ".join(engine_names(local_only=True)),
+            ),
             Param("num_prompts", "int", "requests", "24", "requests per point"),
             Param("input_len", "int", "input length", "32", "prompt tokens per request"),
             Param("output_len", "int", "output length", "32", "output tokens per request"),

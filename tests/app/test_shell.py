@@ -15,6 +15,7 @@ from app_helpers import HAS_BUNDLED, click_point, message, steps_taken, trace_of
 from explorer import plots
 from explorer.app import Dashboard, controls
 from explorer.app import dashboard as dashboard_module
+from explorer.app import models as models_module
 
 CONTRACT_CLASSES = [
     "model",
@@ -274,7 +275,7 @@ def test_missing_bundled_models_fall_back_to_an_architecture_shape(tiny, monkeyp
             )
         return tiny
 
-    monkeypatch.setattr(dashboard_module, "load", fake_load)
+    monkeypatch.setattr(models_module, "load", fake_load)
     d = Dashboard(measure_peaks=False)
     assert d.run_settings.model == dashboard_module.FALLBACK_MODEL and d.session.lm is tiny
     assert "bundled model files are missing" in message(

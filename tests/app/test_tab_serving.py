@@ -16,7 +16,7 @@ def test_serving_tab_runs_a_workload_and_draws_its_views(dash):
     dash.parts["serve-requests"].value = 6
     dash.parts["serve-input"].value = 8
     dash.parts["serve-output"].value = 5
-    dash.parts["serve-kv-blocks"].value = 16
+    dash.parts["serve-num-blocks"].value = 16
     dash.parts["serve-page-size"].value = 16
     dash.parts["serve-run"].click()
     assert dash.parts["step"].disabled and dash.parts["serve-run"].disabled
@@ -49,7 +49,7 @@ def test_serving_tab_runs_a_workload_and_draws_its_views(dash):
     [
         ("serve-requests", 0, "num_prompts must be a whole number >= 1"),
         ("serve-slos", "ttft=5", "unknown SLO"),
-        ("serve-kv-blocks", 1, "KV budget holds"),
+        ("serve-num-blocks", 1, "KV budget holds"),
         ("serve-output", 400, "context of 256 positions"),
     ],
 )

@@ -422,46 +422,37 @@ def test_a_kv_budget_too_small_for_one_request_fails_before_the_run(target):
     "engine, knobs, message",
     [
         ("batched", {}, "unknown engine 'batched'"),
-        ("static", {"max_batch": 0}, "max batch must be a whole number >= 1"),
-        ("continuous", {"num_blocks": 0}, "num_blocks must be a whole number >= 1"),
-        ("continuous", {"scheduler": "lifo"}, "scheduler must be one of"),
-        ("continuous", {"block_size": 16}, "engine continuous: .*block_size"),
+        ("static", {"max_batch": 0}, r"static engine: max_batch \(max batch\) must be a whole "),
+        ("continuous", {"num_blocks": 0}, "num_blocks .*must be a whole number >= 1"),
+        ("continuous", {"scheduler": "lifo"}, "scheduler must be one of fifo, prefill_first"),
+        ("continuous", {"block_size": 16}, "the continuous engine has no knob block_size"),
         ("http", {"base_url": "localhost:8000"}, "must start with http://"),
     ],
 )
-def test_bad_engine_settings_are_clear(target, engine, knobs, message):
+def test_bad_engine_knobs_are_clear(target, engine, knobs, message):
     with pytest.raises(ValueError, match=message):
         serve(target, Workload(num_prompts=1), engine, **knobs)
 
 
 @pytest.mark.parametrize("engine", ["sequential", "static", "continuous"])
 def test_stop_mid_run_keeps_what_finished(target, engine, monkeypatch):
-    from explorer.serving import run as serving_run
+    from explorer.serving.engines._feed import Feeder
 
-    first_done = threading.Event()
-
-    class Watched(serving_run.RequestRecord):
-        """A record that says when the first request has finished."""
-
-        def __setattr__(self, name, value):
-            super().__setattr__(name, value)
-            if name == "end_s" and value is not None:
-                first_done.set()
-
-    monkeypatch.setattr(serving_run, "RequestRecord", Watched)
-    # 12 requests at 8/s arrive over 1.4 s: stopping at the first completion leaves some unsent
     wl = Workload(num_prompts=12, arrival="fixed", request_rate=8.0, input_len=16, output_len=24)
     stop = threading.Event()
+    done = Feeder.done
 
-    def stop_after_the_first():
-        first_done.wait(timeout=300)
+    def stop_after_the_first(feeder, record):  # Stop pressed once a request has finished
+        done(feeder, record)
         stop.set()
 
-    threading.Thread(target=stop_after_the_first, daemon=True).start()
-    knobs = {"max_batch": 2} if engine == "static" else {}
-    res = serve(target, wl, engine, stop=stop, **knobs)
+    monkeypatch.setattr(Feeder, "done", stop_after_the_first)
+    res = (
+        serve(target, wl, engine, stop=stop, max_batch=2)
+        if engine == "static"
+        else serve(target, wl, engine, stop=stop)
+    )
     r = res.result
-    assert first_done.is_set()
     assert res.meta["status"] == "partial"
     assert r["completed"] >= 1 and r["failed"] >= 1 and r["completed"] + r["failed"] == 12
     assert all(e.startswith("stopped before it") for e in r["errors"])
@@ -596,6 +587,8 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
         (["--max-concurrency", "0"], "max concurrency must be"),
         (["--workload", str(bad)], "line 2: not JSON"),
         (["--goodput", "ttft"], "needs a number"),
+        (["--max-batch", "2"], "--max-batch is a knob of the static engine, not of sequential"),
+        (["--compare", "static", "--max-batch", "0"], "static engine: max_batch (max batch) must"),
     ):
         rc = main(["bench", "serving", "--engine", "sequential", *argv])
         err = capsys.readouterr().err

@@ -1,8 +1,10 @@
 """The dashboard's tabs, one module each, behind one small protocol.
 
 A tab is a class registered with @register(order): the dashboard builds every registered tab with
-`Tab(dash)`, shows `tab.widget` under `tab.title`, merges `tab.parts` into dash.parts (names ->
-widgets, CSS class ie-<name>), and calls the hooks below. A new tab is one new module here.
+`Tab(dash)`, shows `tab.about` (one line: what the tab shows and how to read it) above `tab.widget`
+under `tab.title`, merges `tab.parts` into dash.parts (names -> widgets, CSS class ie-<name>), asks
+`export_figures()` for what Export offers, and calls the hooks below. A new tab is one new module
+here. Tabs use the dashboard's public methods only (session, guard, load_model, model_names, ...).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class Tab:
 
     name = ""  # the key in dash.tab(name)
     title = ""  # the tab's label
+    about = ""  # one line (HTML) shown first on the tab: what it shows and how to read it
 
     def __init__(self, dash):
         self.dash = dash
@@ -28,6 +31,10 @@ class Tab:
     def figures(self) -> list:
         """Every figure the tab holds (synced before display, refitted when shown)."""
         return []
+
+    def export_figures(self) -> dict:
+        """The charts the Export tab offers, by name (default: none)."""
+        return {}
 
     def shown_figures(self) -> list:
         """The figures visible when the tab is selected (default: all of them)."""
@@ -66,8 +73,8 @@ def register(order: int):
     """Class decorator: add a Tab subclass to the dashboard at position `order`."""
 
     def add(cls: type) -> type:
-        if not cls.name or not cls.title:
-            raise ValueError(f"{cls.__name__} needs a name and a title")
+        if not cls.name or not cls.title or not cls.about:
+            raise ValueError(f"{cls.__name__} needs a name, a title and an about line")
         _REGISTRY[:] = [(o, c) for o, c in _REGISTRY if c.name != cls.name] + [(order, cls)]
         return cls
 

@@ -33,6 +33,14 @@ def _shapes() -> list[str]:
 @register(47)
 class CapacityTab(Tab):
     name, title = "capacity", "Capacity"
+    about = (
+        "How many GPUs do I need? A serving simulator on paper: the chip table's bandwidth and "
+        "FLOP/s x an efficiency, the KV memory limit, tensor parallelism with its all-reduces, "
+        "transformers' continuous-batching policy. Each point is one request rate: read across to "
+        "its throughput, up to its p99 latency; filled points meet the SLOs. Everything here is "
+        "<b>modelled</b>; <code>explorer simulate --validate</code> shows the simulator's error "
+        "against measurement on this machine."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -45,7 +53,9 @@ class CapacityTab(Tab):
         self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
         self.chip = box(W.Dropdown, "chip", "h100", "chip", options=list(CHIPS))
         self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
-        self.dtype = box(W.Dropdown, "dtype", "bfloat16", "dtype", options=["bfloat16", "float16"])
+        self.dtype = box(
+            W.Dropdown, "dtype", "bfloat16", "dtype", "215px", options=["bfloat16", "float16"]
+        )
         self.input_len = box(W.IntText, "input", 512, "prompt tokens")
         self.output_len = box(W.IntText, "output", 128, "output tokens")
         self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
@@ -61,7 +71,9 @@ class CapacityTab(Tab):
             ),
             "cap-run",
         )
-        self.run_button.on_click(lambda _: self.dash.guard.call("the capacity run", self.run))
+        self.run_button.on_click(
+            lambda _: self.dash.guard.call("the capacity run", self.busy, self.run_button, self.run)
+        )
         self.measured = box(
             W.Text,
             "measured",
@@ -78,7 +90,11 @@ class CapacityTab(Tab):
             ),
             "cap-compare",
         )
-        self.compare_button.on_click(lambda _: self.dash.guard.call("the comparison", self.compare))
+        self.compare_button.on_click(
+            lambda _: self.dash.guard.call(
+                "the comparison", self.busy, self.compare_button, self.compare
+            )
+        )
         self.answer = tagged(W.HTML(value=""), "cap-answer")
         self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
         self.chart.add_class("ie-cap-chart")
@@ -94,13 +110,6 @@ class CapacityTab(Tab):
         )
         self.widget = W.VBox(
             [
-                W.HTML(
-                    "How many GPUs do I need? A serving simulator on paper: the chip table's "
-                    "bandwidth and FLOP/s x an efficiency, the KV memory limit, tensor parallelism "
-                    "with its all-reduces, transformers' continuous-batching policy. Everything "
-                    "here is <b>modelled</b>; <code>explorer simulate --validate</code> shows the "
-                    "simulator's error against measurement on this machine."
-                ),
                 W.HBox([self.model, self.chip, self.gpus, self.dtype]),
                 W.HBox([self.input_len, self.output_len, self.slos, self.price]),
                 W.HBox([self.bw_eff, self.flop_eff, self.run_button]),
@@ -115,6 +124,19 @@ class CapacityTab(Tab):
 
     def figures(self):
         return [self.chart]
+
+    def export_figures(self) -> dict:
+        return {"capacity": self.chart}
+
+    def busy(self, button, work) -> None:
+        """Run work() with `button` showing that it runs (a spinner, off), as the other tabs'
+        runs show theirs."""
+        label, icon = button.description, button.icon
+        button.description, button.icon, button.disabled = "Running…", "spinner", True
+        try:
+            work()
+        finally:
+            button.description, button.icon, button.disabled = label, icon, False
 
     def set_busy(self, busy: bool) -> None:
         self.run_button.disabled = self.compare_button.disabled = busy
@@ -189,8 +211,10 @@ class CapacityTab(Tab):
             cost = cost_per_million(best, self.gpus.value, self.price.value)
             verdict = (
                 f"largest rate meeting the SLOs: <b>{best['request_rate']:.3g} req/s</b> "
-                f"({best['output_throughput']:.0f} output tok/s, goodput "
-                f"{best['request_goodput'] or 0:.3g} req/s), about <b>${cost:.3f} per million "
+                f"offered ({best['output_throughput']:.0f} output tok/s; goodput, the requests "
+                f"meeting every SLO, {best['request_goodput'] or 0:.3g} req/s: it counts per "
+                "second of the whole run, first arrival to last finish, so it sits below the "
+                f"offered rate), about <b>${cost:.3f} per million "
                 f"output tokens</b> at ${self.price.value:g}/GPU-hour"
             )
         items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])

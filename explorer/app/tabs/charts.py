@@ -24,6 +24,9 @@ class ChartTab(Tab):
     def figures(self):
         return [self.chart.fig]
 
+    def export_figures(self) -> dict:
+        return {self.name: self.chart.fig}
+
     def set_live(self, live: bool) -> None:
         self.chart.set_live(live)
 
@@ -40,6 +43,11 @@ class ChartTab(Tab):
 @register(10)
 class LatencyTab(ChartTab):
     name, title = "latency", "Latency"
+    about = (
+        "How long each forward pass took (measured, one point per step): the first point is the "
+        "prefill of the whole prompt, then one decode step per token. A rising line means each "
+        "step reads more KV cache; the grey points are the run before a cache toggle."
+    )
 
     def build_chart(self, dash) -> LiveChart:
         lm = dash.session.lm
@@ -68,6 +76,11 @@ class LatencyTab(ChartTab):
 @register(20)
 class TrafficTab(ChartTab):
     name, title = "traffic", "Memory traffic"
+    about = (
+        "Left: the bytes each step moves, stacked by part (modelled: weights, KV cache read and "
+        "written, activations). Right: those bytes over the step's measured time, the bandwidth "
+        "achieved; the dashed line is this machine's measured peak. Decode is mostly weight bytes."
+    )
 
     def build_chart(self, dash) -> LiveChart:
         return LiveChart(
@@ -84,6 +97,11 @@ class TrafficTab(ChartTab):
 @register(30)
 class RooflineTab(ChartTab):
     name, title = "roofline", "Roofline"
+    about = (
+        "Each step as a point: FLOPs per byte moved (x, modelled) against FLOP/s achieved "
+        "(modelled FLOPs / measured time). Under the sloped roof a step is memory-bound, under "
+        "the flat one compute-bound; decode sits far left, prefill further right."
+    )
 
     def build_chart(self, dash) -> LiveChart:
         return LiveChart(

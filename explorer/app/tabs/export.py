@@ -10,22 +10,29 @@ from explorer import plots
 from explorer.app.export import download_link, trace_csv, trace_json
 from explorer.app.tabs import Tab, register
 
-CHARTS = ("token strip", "distribution", "latency", "traffic", "roofline")
+TRACE_CHOICES = ["trace JSON", "trace CSV"]
 
 
 @register(90)
 class ExportTab(Tab):
     name, title = "export", "Export"
+    about = (
+        "Save what you see: the session's trace (every step, as JSON to replay or CSV for a "
+        "spreadsheet) or one chart as an HTML file that opens offline. Pick, press Prepare "
+        "download, then click the link."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
         self.what = W.Dropdown(
-            options=["trace JSON", "trace CSV", *(f"chart: {c}" for c in CHARTS)],
+            options=self._choices(),
             value="trace JSON",
             description="export",
-            layout=W.Layout(width="260px"),
+            layout=W.Layout(width="300px"),
         )
-        self.button = W.Button(description="Prepare download", icon="download")
+        self.button = W.Button(
+            description="Prepare download", icon="download", layout=W.Layout(width="auto")
+        )
         self.button.add_class("ie-export-button")
         self.links = W.HTML(value="")
         self.links.add_class("ie-export-links")
@@ -39,6 +46,17 @@ class ExportTab(Tab):
             "export-what": self.what,
         }
 
+    def _choices(self) -> list[str]:
+        return TRACE_CHOICES + [f"chart: {name}" for name in self.dash.export_figures()]
+
+    def set_live(self, live: bool) -> None:
+        """Shown: offer every chart the dashboard's tabs export (a tab added later included)."""
+        choices = self._choices()
+        if live and list(self.what.options) != choices:
+            value = self.what.value
+            self.what.options = choices
+            self.what.value = value if value in choices else TRACE_CHOICES[0]
+
     def prepare(self) -> str:
         """Build the download link for the dropdown's choice; returns its HTML."""
         what, dash = self.what.value, self.dash
@@ -50,15 +68,7 @@ class ExportTab(Tab):
             link = download_link(trace_csv(trace), f"trace-{stamp}.csv")
         else:
             name = what.split(": ", 1)[1]
-            for tab in dash.tab_list:
-                tab.flush()
-            fig = {
-                "token strip": dash.strip.fig,
-                "distribution": dash.dist.figure(),
-                "latency": dash.latency.fig,
-                "traffic": dash.traffic.fig,
-                "roofline": dash.roofline.fig,
-            }[name]
+            fig = dash.export_figures(current=True)[name]
             link = download_link(plots.figure_html(fig), f"{name.replace(' ', '-')}-{stamp}.html")
         self.links.value = link
         dash.guard.say(f"Ready: click the link under Export to save the {what}.", "ok")

@@ -22,6 +22,12 @@ HEAD_AGGREGATES = [("mean over heads", "mean"), ("max over heads", "max")]
 @register(36)
 class InsideTab(Tab):
     name, title = "inside", "Inside"
+    about = (
+        "Inside the step you selected in the strip (or the latest): each button replays that step "
+        "once more on the model (measured) with hooks that are removed after it. The logit lens "
+        "shows each layer's best guess for the next token; attention shows which earlier tokens "
+        "the newest one looks at."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -66,10 +72,6 @@ class InsideTab(Tab):
         }
         self.widget = W.VBox(
             [
-                W.HTML(
-                    "Inside the step you selected in the strip (or the latest): each button replays "
-                    "that step once more on the model (measured) with hooks that are removed after it."
-                ),
                 W.HBox([self.lens_button, self.att_button, self.head]),
                 self.text,
                 self.charts["inside-lens"],
@@ -107,13 +109,22 @@ class InsideTab(Tab):
         where = (
             f"first tops the lens at layer {decided} (layers 0..{last['layer']})"
             if decided is not None
-            else f"never tops the lens (it was sampled at rank {last['rank_chosen']})"
+            else f"never tops the lens (at the last layer it ranks {last['rank_chosen'] + 1}; "
+            + (
+                "it was forced, not drawn)"
+                if self._forced(index)
+                else "the sampler drew it from further down)"
+            )
         )
         self.text.value = (
             f"Step {'(pending)' if index is None else index}: the chosen token {where}; at the "
             f"last layer its probability is {last['prob_chosen']:.3f}."
         )
         self.dash.guard.say("Logit lens done.", "ok")
+
+    def _forced(self, index: int | None) -> bool:
+        steps = self.dash.session.steps
+        return index is not None and bool(steps[index].forced)
 
     def run_attention(self) -> None:
         index = self.dash.shown_index()
@@ -124,12 +135,13 @@ class InsideTab(Tab):
         self.head.value = keep if keep in ("mean", "max") or keep < self.att["heads"] else "mean"
         self.show_attention()
         sink = self.att.get("sink") or []
+        share = sum(sink) / len(sink) if sink else None
         self.text.value = (
             f"Step {'(pending)' if index is None else index}: {len(self.att['positions'])} positions"
             + (
-                f"; on average {100 * sum(sink) / len(sink):.0f}% of each layer's attention goes "
-                "to the first token (the attention sink)"
-                if sink
+                f"; on average {100 * share:.0f}% of each layer's attention goes to the first "
+                "token" + (" (an attention sink)" if share >= plots.SINK_SHARE else "")
+                if share is not None
                 else ""
             )
             + "."

@@ -1,6 +1,7 @@
 """The Serving tab: a small workload through one engine on the dashboard's model (explorer.serving).
 
-Engine, arrivals, rate, concurrency, lengths and SLOs are widgets; Run serves the workload on a
+Engine, arrivals, rate, concurrency, lengths and SLOs are widgets, and each engine knob's control
+is built from the engine's Knobs declaration (shown while that engine is chosen); Run serves the workload on a
 background thread (the kernel stays responsive; Stop keeps the requests that finished) and draws
 the request Gantt, the ITL timeline with prefill iterations shaded, the latency CDFs of the last
 runs side by side, and the engine's own batch and KV-cache state. Any error is a message; the
@@ -16,10 +17,11 @@ import time
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import labelled, stop_button, tagged
+from explorer.app.controls import control, labelled, read_control, tagged
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
+from explorer.serving import engines
 
 ARRIVALS = {
     "all at once": "burst",
@@ -34,11 +36,109 @@ VIEWS = (
     ("cdf", "Latency CDFs"),
     ("state", "Inside the engine"),
 )
+BUTTONS = ("serve-run", "serve-stop", "serve-summary", "serving")  # parts that are not settings
+INTRO = (
+    "Many requests on one machine, measured on the loaded model: static batches wait for their "
+    "longest request; continuous batching (transformers' own engine) lets requests join and "
+    "leave every iteration. TTFT, TPOT, ITL and goodput follow vLLM's definitions."
+)
+
+
+def knob_part(knob: str) -> str:
+    """The part (and CSS class ie-<part>) of an engine knob's control."""
+    return f"serve-{knob.replace('_', '-')}"
+
+
+def knob_controls(engine_names: tuple[str, ...]) -> dict[str, W.Widget]:
+    """One control per knob of these engines, from their Knobs declarations."""
+    out = {}
+    for knob, (spec, default, _) in engines.knob_table(engine_names).items():
+        w = control(spec, default, knob_part(knob))
+        w.layout, w.style = W.Layout(width="190px"), {"description_width": "100px"}
+        out[knob_part(knob)] = w
+    return out
+
+
+def read_knobs(parts: dict, engine: str) -> engines.Knobs:
+    """The engine's validated Knobs from its controls (ValueError naming the knob and its range)."""
+    knobs = engines.get(engine).Knobs
+    return knobs(
+        **{k: read_control(k, spec, parts[knob_part(k)]) for k, spec in knobs.specs().items()}
+    )
+
+
+def show_knobs(parts: dict, engine: str) -> None:
+    """Show the controls of the knobs `engine` takes, hide the others."""
+    taken = {knob_part(k) for k in engines.get(engine).Knobs.specs()}
+    for knob in engines.knob_table(engines.names(local_only=True)):
+        part = knob_part(knob)
+        parts[part].layout.display = None if part in taken else "none"
+
+
+def build() -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    parts: dict = {}
+    box = labelled(parts, "serve", "100px")
+    local = engines.names(local_only=True)
+    row1 = [
+        box(W.Dropdown, "engine", "continuous", "engine", "260px", options=list(local)),
+        box(W.Dropdown, "arrival", "all at once", "arrivals", "260px", options=list(ARRIVALS)),
+        box(W.FloatText, "rate", 8.0, "rate (req/s)"),
+        box(W.FloatText, "burstiness", 1.0, "burstiness"),
+    ]
+    row2 = [
+        box(W.IntText, "requests", 16, "requests"),
+        box(W.IntText, "input", 32, "prompt tokens"),
+        box(W.IntText, "output", 16, "output tokens"),
+        box(W.IntText, "concurrency", 0, "max in flight"),
+    ]
+    knobs = knob_controls(local)
+    parts.update(knobs)
+    slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs (ms)", "260px")
+    run = W.Button(description="Run", icon="play", button_style="primary")
+    run.tooltip = "serve the workload on the loaded model"
+    stop = W.Button(description="Stop", icon="stop", disabled=True)
+    stop.tooltip = "stop the run (finished requests are kept)"
+    parts["serve-run"], parts["serve-stop"] = tagged(run, "serve-run"), tagged(stop, "serve-stop")
+    parts["serve-summary"] = tagged(W.HTML(value=""), "serve-summary")
+    for key, title in VIEWS:
+        chart = figure_widget(plots.placeholder_figure, title)
+        chart.add_class(f"ie-serve-{key}")
+        parts[f"serve-{key}"] = chart
+    widget = W.VBox(
+        [
+            W.HTML(INTRO),
+            W.HBox(row1),
+            W.HBox(row2),
+            W.HBox(list(knobs.values()), layout=W.Layout(flex_flow="row wrap")),
+            W.HBox([slos, run, stop]),
+            parts["serve-summary"],
+            *(parts[f"serve-{key}"] for key, _ in VIEWS),
+        ]
+    )
+    widget.add_class("ie-serving")
+    parts["serving"] = widget
+    return widget, parts
+
+
+def wire(tab: ServingTab) -> None:
+    """Run and Stop call the tab; the engine's choice shows its knobs."""
+    parts = tab.parts
+    parts["serve-run"].on_click(lambda _: tab.start())
+    parts["serve-stop"].on_click(lambda _: tab.stop())
+    engine = parts["serve-engine"]
+    engine.observe(lambda change: show_knobs(parts, change["new"]), names="value")
+    show_knobs(parts, engine.value)
 
 
 @register(45)
 class ServingTab(Tab):
     name, title = "serving", "Serving"
+    about = (
+        "How to read it: the Gantt has one row per request (grey: waiting, orange: prefill, blue: "
+        "decode), time from the run's start; the ITL chart puts every gap between two tokens at "
+        "the time it ended; the CDFs compare the last runs (left is better)."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -46,84 +146,14 @@ class ServingTab(Tab):
         self._stop = threading.Event()
         self.results: list = []  # the last KEEP ServingResults, newest last
         self._count = 0
-
-        box = labelled(self.parts, "serve", "100px")
-
-        self.engine = box(
-            W.Dropdown,
-            "engine",
-            "continuous",
-            "engine",
-            "260px",
-            options=["sequential", "static", "continuous"],
-        )
-        self.arrival = box(
-            W.Dropdown, "arrival", "all at once", "arrivals", "260px", options=list(ARRIVALS)
-        )
-        self.rate = box(W.FloatText, "rate", 8.0, "rate (req/s)")
-        self.burstiness = box(W.FloatText, "burstiness", 1.0, "burstiness")
-        self.concurrency = box(W.IntText, "concurrency", 0, "max in flight")
-        self.requests = box(W.IntText, "requests", 16, "requests")
-        self.input_len = box(W.IntText, "input", 32, "prompt tokens")
-        self.output_len = box(W.IntText, "output", 16, "output tokens")
-        self.max_batch = box(W.IntText, "max-batch", 8, "static: batch")
-        self.kv_blocks = box(W.IntText, "kv-blocks", 256, "KV blocks")
-        self.page_size = box(W.IntText, "page-size", 32, "block tokens")
-        self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs (ms)", "260px")
-        self.run_button = tagged(
-            W.Button(
-                description="Run",
-                icon="play",
-                button_style="primary",
-                tooltip="serve the workload on the loaded model",
-            ),
-            "serve-run",
-        )
-        self.stop_button = stop_button(
-            "serve-stop", "stop the run (finished requests are kept)", self.stop
-        )
-        self.run_button.on_click(lambda _: self.start())
-        self.summary = tagged(W.HTML(value=""), "serve-summary")
-        self.charts = {}
-        for key, title in VIEWS:
-            chart = figure_widget(plots.placeholder_figure, title)
-            chart.add_class(f"ie-serve-{key}")
-            self.charts[key] = chart
-            self.parts[f"serve-{key}"] = chart
-        self.parts.update(
-            {
-                "serve-run": self.run_button,
-                "serve-stop": self.stop_button,
-                "serve-summary": self.summary,
-            }
-        )
+        self.widget, self.parts = build()
+        self.charts = {key: self.parts[f"serve-{key}"] for key, _ in VIEWS}
         self.inputs = [
             w
             for n, w in self.parts.items()
-            if n not in ("serve-run", "serve-stop", "serve-summary")
-            and n.removeprefix("serve-") not in self.charts
+            if n not in BUTTONS and n.removeprefix("serve-") not in self.charts
         ]
-        rows = [
-            W.HBox([self.engine, self.arrival, self.rate, self.burstiness]),
-            W.HBox([self.requests, self.input_len, self.output_len, self.concurrency]),
-            W.HBox([self.max_batch, self.kv_blocks, self.page_size, self.slos]),
-        ]
-        self.widget = W.VBox(
-            [
-                W.HTML(
-                    "Many requests on one machine, measured on the loaded model: static "
-                    "batches wait for their longest request; continuous batching "
-                    "(transformers' own engine) lets requests join and leave every "
-                    "iteration. TTFT, TPOT, ITL and goodput follow vLLM's definitions."
-                ),
-                *rows,
-                W.HBox([self.run_button, self.stop_button]),
-                self.summary,
-                *self.charts.values(),
-            ]
-        )
-        self.widget.add_class("ie-serving")
-        self.parts["serving"] = self.widget
+        wire(self)
 
     # --- the Tab protocol ---
 
@@ -134,35 +164,32 @@ class ServingTab(Tab):
         return [self._thread]
 
     def set_busy(self, busy: bool) -> None:
-        for w in [*self.inputs, self.run_button]:
+        for w in [*self.inputs, self.parts["serve-run"]]:
             w.disabled = busy
-        self.stop_button.disabled = not busy or self._thread is None
+        self.parts["serve-stop"].disabled = not busy or self._thread is None
 
     # --- running ---
 
     def workload(self):
-        """The Workload and engine knobs from the widgets (ValueError with a readable message)."""
+        """The Workload, engine and its Knobs from the widgets (ValueError, readable)."""
         from explorer.serving import Workload
 
-        arrival = ARRIVALS[self.arrival.value]
+        def value(name: str):
+            return self.parts[f"serve-{name}"].value
+
+        arrival = ARRIVALS[value("arrival")]
         wl = Workload(
-            num_prompts=self.requests.value,
+            num_prompts=value("requests"),
             arrival=arrival,
-            request_rate=self.rate.value if arrival != "burst" else None,
-            burstiness=self.burstiness.value,
-            max_concurrency=self.concurrency.value or None,
-            input_len=self.input_len.value,
-            output_len=self.output_len.value,
+            request_rate=value("rate") if arrival != "burst" else None,
+            burstiness=value("burstiness"),
+            max_concurrency=value("concurrency") or None,
+            input_len=value("input"),
+            output_len=value("output"),
         )
         if wl.num_prompts > 256:
             raise ValueError(f"at most 256 requests in the dashboard, got {wl.num_prompts}")
-        engine = self.engine.value
-        knobs = {}
-        if engine == "static":
-            knobs = {"max_batch": self.max_batch.value}
-        elif engine == "continuous":
-            knobs = {"num_blocks": self.kv_blocks.value, "page_size": self.page_size.value}
-        return wl, engine, knobs
+        return wl, value("engine"), read_knobs(self.parts, value("engine"))
 
     def start(self) -> bool:
         from explorer.serving import parse_goodput
@@ -170,7 +197,7 @@ class ServingTab(Tab):
         g = self.dash.guard
         try:
             wl, engine, knobs = self.workload()
-            slos = parse_goodput(self.slos.value.strip() or None)
+            slos = parse_goodput(self.parts["serve-slos"].value.strip() or None)
         except ValueError as err:
             g.fail(err, "The serving run")
             return False
@@ -211,16 +238,17 @@ class ServingTab(Tab):
                 goodput=slos,
                 stop=self._stop,
                 label=f"{engine} #{self._count}",
-                **knobs,
+                knobs=knobs,
             )
             self.show(res)
             r = res.result
             status = res.meta["status"]
             g.say(
-                f"{res.label}: {r['completed']} of {len(res.records)} requests in "
-                f"{time.perf_counter() - t0:.1f} s, {r['output_throughput']:.0f} output tok/s, "
-                f"p99 TTFT {_ms(r['p99_ttft_ms'])}"
-                + ("" if status == "complete" else f" ({status})"),
+                f"{res.label}: {r['completed']} of {len(res.records)} requests served, "
+                f"{r['output_throughput']:.0f} output tok/s, p99 TTFT {_ms(r['p99_ttft_ms'])}; "
+                f"{time.perf_counter() - t0:.1f} s in all with the engine's start-up (the "
+                f"summary's duration, {r['duration']:.2f} s, runs from the first arrival to the "
+                "last finish)" + ("" if status == "complete" else f" ({status})"),
                 "ok" if status == "complete" else "info",
             )
         except Exception as err:  # noqa: BLE001 - shown; the views keep the previous run
@@ -254,7 +282,7 @@ class ServingTab(Tab):
             f"serving-{res.label.replace(' ', '').replace('#', '-')}.json",
             "result (JSON, vLLM's keys)",
         )
-        self.summary.value = (
+        self.parts["serve-summary"].value = (
             f"<pre style='font-size:11px;line-height:1.25'>{html.escape(format_summary(res))}</pre>"
             f"{where} · {link}"
         )

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from explorer import plots
 from explorer.app.controls import tagged
 from explorer.app.guard import on_engine_thread
+from explorer.app.messages import stop_text
 from explorer.app.tabs import Tab, register
 from explorer.app.views import LiveChart, figure_widget
 from explorer.engine.session import prompt_input
@@ -26,6 +27,11 @@ RUN_TOKENS = 32
 @register(50)
 class SpeculativeTab(Tab):
     name, title = "speculative", "Speculative"
+    about = (
+        "How to read it: each round is one row (green: draft tokens the target accepted, red: the "
+        "first it rejected, orange or blue: the token the target adds itself, resampled after a "
+        "rejection or a bonus); the more accepted per round, the fewer target passes per token."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -35,7 +41,7 @@ class SpeculativeTab(Tab):
         self._key = None  # (target, draft, prompt, k) the session was built for
         self._thread: threading.Thread | None = None
         self._alpha_counts: dict = {}
-        controls = speculative_controls(dash._model_names())
+        controls = speculative_controls(dash.model_names())
         self.draft, self.k = controls["spec-draft"], controls["spec-k"]
         self.round_button, self.run_button = controls["spec-step"], controls["spec-run"]
         self.reset_button, self.bench_button = controls["spec-reset"], controls["spec-bench"]
@@ -93,7 +99,7 @@ class SpeculativeTab(Tab):
         session = self._session()
         if session.done:
             self.dash.guard.say(
-                f"The speculative run has stopped ({session.stop_reason}); press Reset.", "info"
+                f"The speculative run has stopped: {stop_text(session)}. Press Reset.", "info"
             )
             return None
         session.set_sampling(self.dash.session.sampling)
@@ -104,8 +110,16 @@ class SpeculativeTab(Tab):
     def run(self, n_tokens: int) -> list:
         session = self._session()
         session.set_sampling(self.dash.session.sampling)
+        before = len(session.tokens)
         rounds = on_engine_thread(session.run, n_tokens) if not session.done else []
         self._render(rounds)
+        emitted = len(session.tokens) - before
+        if session.done:  # ended before the tokens asked for: say why
+            self.dash.guard.say(
+                f"The speculative run stopped after {emitted} of {n_tokens} tokens: "
+                f"{stop_text(session)}. Reset starts again.",
+                "info",
+            )
         return rounds
 
     def reset(self) -> None:
@@ -127,7 +141,7 @@ class SpeculativeTab(Tab):
                     "the k benchmark times a draft model's passes; prompt lookup has none: press "
                     "Round to watch it, or run `explorer bench lookup` for its speedup"
                 )
-            draft = self.dash._load(self.draft.value)
+            draft = self.dash.load_model(self.draft.value)
             from explorer.engine.speculative import check_pair
 
             check_pair(target, draft)
@@ -181,7 +195,8 @@ class SpeculativeTab(Tab):
 
         k = _check_k(self.k.value)
         target = self.dash.session.lm
-        key = (target.info.name, self.draft.value, self.dash.run_settings.prompt)
+        rs = self.dash.run_settings
+        key = (target.info.name, self.draft.value, rs.prompt, rs.stop_at_eos)
         if self.session is not None and self._key == key:
             if self.session.k != k:
                 self.session.set_k(k)
@@ -191,7 +206,7 @@ class SpeculativeTab(Tab):
 
             draft = PromptLookup()
         else:
-            draft = self.dash._load(self.draft.value)
+            draft = self.dash.load_model(self.draft.value)
         session = SpeculativeSession(
             target,
             draft,
@@ -200,6 +215,7 @@ class SpeculativeTab(Tab):
             k=k,
             top_n=self.dash.run_settings.top_n,
             max_new_tokens=self.dash.run_settings.max_new_tokens,
+            stop_at_eos=self.dash.run_settings.stop_at_eos,  # the side panel's choice, as Play
         )
         self.reset()
         self.session, self._key = session, key

@@ -25,6 +25,11 @@ class SweepsTab(Tab):
     """One inner page per registered sweep (explorer.sweeps): its sizes box, Run, Stop, progress, chart."""
 
     name, title = "sweeps", "Sweeps"
+    about = (
+        "Each sweep times the current model on this machine over one setting (median of the "
+        "repeats, device-synchronised), solid, next to the roofline bound (modelled), dotted: "
+        "where the two lines part, something other than bytes and FLOPs sets the time."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -54,16 +59,14 @@ class SweepsTab(Tab):
         )
         self.widget = W.VBox(
             [
-                W.HTML(
-                    "Each sweep times the current model on this machine (median of the repeats, "
-                    "device-synchronised) next to the roofline bound (modelled: dotted)."
-                ),
                 W.HBox([self.repeats, self.stop_button]),
                 self.inner,
             ]
         )
         self.widget.add_class("ie-sweeps")
         self.parts["sweeps"] = self.widget
+        self._fitted: dict[str, str] = {}  # sweep -> the contexts written for the loaded model
+        self.session_changed()
 
     def _page(self, sweep) -> W.Widget:
         # one box per size parameter the person types (repeats has its own box, shared by all);
@@ -119,6 +122,17 @@ class SweepsTab(Tab):
 
     def threads(self):
         return [self._thread]
+
+    def session_changed(self) -> None:
+        """Context lengths sized to the loaded model (a box the person typed in is left alone)."""
+        cap = self.dash.session.lm.info.max_positions
+        for name, boxes in self.boxes.items():
+            box = boxes.get("contexts")
+            if box is None:
+                continue
+            default = next(p.default for p in sweeps.get(name).params if p.name == "contexts")
+            if box.value in (default, self._fitted.get(name)):
+                box.value = self._fitted[name] = ", ".join(map(str, fit_contexts(default, cap)))
 
     def set_busy(self, busy: bool) -> None:
         for name, widget in self.parts.items():
@@ -217,3 +231,19 @@ class SweepsTab(Tab):
         self.parts[f"sweep-{name}-status"].value = (
             f"{len(df)} rows · {where}" + ("".join(f"<br>note: {n}" for n in notes)) + f"<br>{link}"
         )
+
+
+def fit_contexts(default: str, max_positions: int | None) -> list[int]:
+    """The default context lengths that fit a model of max_positions (a context plus the token
+    decoded on it); at least three, spread up to the largest that fits."""
+    wanted = [int(c) for c in default.replace(",", " ").split()]
+    if not max_positions:
+        return wanted
+    cap = max_positions - 1
+    fits = {c for c in wanted if c <= cap}
+    if len(fits) < len(wanted):
+        fits.add(cap)  # the longest context the model holds, in place of those dropped
+    for extra in (cap // 2, cap // 8):
+        if len(fits) < 3 and extra >= 2:
+            fits.add(extra)
+    return sorted(fits)

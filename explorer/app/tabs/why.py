@@ -42,6 +42,11 @@ def calibration_contexts(max_positions: int | None) -> list[int]:
 @register(35)
 class WhyTab(Tab):
     name, title = "why", "Why this time?"
+    about = (
+        "Why did this step take its time? The bar splits the measured latency into the cost "
+        "model's floors at this machine's measured peaks (modelled) and the overhead that no floor "
+        "explains (measured - bound). Select a step in the strip to see it."
+    )
 
     def __init__(self, dash):
         super().__init__(dash)
@@ -94,11 +99,6 @@ class WhyTab(Tab):
         }
         self.widget = W.VBox(
             [
-                W.HTML(
-                    "Why did this step take its time? The bar splits the measured latency into the "
-                    "cost model's floors at this machine's measured peaks (modelled) and the overhead "
-                    "that no floor explains (measured - bound). Select a step in the strip to see it."
-                ),
                 self.charts["why-split"],
                 W.HBox([self.profile_button, self.profile_text]),
                 self.charts["why-profile"],
@@ -143,7 +143,8 @@ class WhyTab(Tab):
     def session_changed(self) -> None:
         model = self.dash.session.lm.info.name
         mine = self.calibration is not None and model in self.calibration.models
-        if not mine:
+        if not mine:  # nothing of another model's calibration shows (its bar neither)
+            self.progress.value = 0
             self.calibration_text.value = (
                 "No calibration for this model yet: predictions are the plain roofline bound."
             )

@@ -77,6 +77,7 @@ def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting, pr
         prefix_cache=prefix_cache,
     )
     cached = s.trace.settings.get("prefix_cache", {}).get("tokens", 0)  # prompt KV copied in
+    eos = s.eos_ids
     start = feeder.now()
     for rec in recs:
         rec.start_s = start
@@ -91,9 +92,7 @@ def run_batch(lm, batch, feeder, iterations: list, ignore_eos: bool, waiting, pr
             if live[i]:
                 rec.token_s.append(t1)
                 rec.output_ids.append(tokens[i])
-                if len(rec.output_ids) >= req.max_tokens or (
-                    not ignore_eos and tokens[i] in s._eos
-                ):
+                if len(rec.output_ids) >= req.max_tokens or (not ignore_eos and tokens[i] in eos):
                     live[i] = False
                     _finish(lm, rec, t1, feeder)
         prefill = step.phase == "prefill"

@@ -22,64 +22,81 @@ timestamps (record_timestamps=True, perf_counter after each token) -> token_s, l
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from explorer.serving.engines import Iteration, check_lengths, register
+from explorer.engine.settings import setting
+from explorer.serving.engines import Engine, Iteration, Knobs, check_lengths, register
 
 TESTED = "5.25"  # the transformers minor version whose internals the recording reads
 
+
 # Defaults sized for a laptop; transformers' own defaults size the cache from free memory (on a
 # CPU: most of RAM, which made the run 3x slower here) and warm up for CUDA graphs first.
-DEFAULTS = {"num_blocks": 256, "page_size": 32, "max_batch_tokens": 256}
-SCHEDULERS = ("fifo", "prefill_first")
+@dataclass
+class ContinuousKnobs(Knobs):
+    batch_knob, kv_knob = "max_requests_per_batch", "num_blocks"
+
+    num_blocks: int = setting(256, "KV blocks", "paged KV cache size in blocks (the budget)", low=1)
+    page_size: int = setting(32, "block tokens", "tokens per KV block", low=4, high=4096)
+    max_batch_tokens: int = setting(
+        256, "batch tokens", "query tokens per iteration (the prefill chunk limit)", low=1
+    )
+    max_requests_per_batch: int | None = setting(
+        None,
+        "max requests",
+        "requests per iteration (None: no limit but the tokens)",
+        kind=int,
+        low=1,
+        optional=True,
+    )
+    scheduler: str = setting(
+        "fifo",
+        "scheduler",
+        "fifo, or prefill_first (prompts before decodes)",
+        choices=("fifo", "prefill_first"),
+    )
+
+    @property
+    def kv_budget(self) -> int:
+        """KV slots in the cache (blocks x tokens per block)."""
+        return self.num_blocks * self.page_size
 
 
-@register("continuous")
-class Continuous:
+@register("continuous", ContinuousKnobs, order=30)
+class Continuous(Engine):
+    knobs: ContinuousKnobs
+
     def __init__(
         self,
         lm,
-        num_blocks: int = DEFAULTS["num_blocks"],
-        page_size: int = DEFAULTS["page_size"],
-        max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
-        max_requests_per_batch: int | None = None,
-        scheduler: str = "fifo",
-        warmup: bool = False,
+        knobs: ContinuousKnobs,
+        *,
         ignore_eos: bool = True,
         record: bool = True,
+        warmup: bool = False,
     ):
-        if lm is None:
-            raise ValueError("the continuous engine needs a loaded model")
-        for name, v, low in (
-            ("num_blocks", num_blocks, 1),
-            ("page_size", page_size, 4),
-            ("max_batch_tokens", max_batch_tokens, 1),
-        ):
-            if not isinstance(v, int) or v < low:
-                raise ValueError(
-                    f"continuous engine: {name} must be a whole number >= {low}, got {v!r}"
-                )
-        if max_requests_per_batch is not None and max_requests_per_batch < 1:
-            raise ValueError("continuous engine: max_requests_per_batch must be >= 1")
-        if scheduler not in SCHEDULERS:
-            raise ValueError(f"continuous engine: scheduler must be one of {', '.join(SCHEDULERS)}")
-        self.lm = lm
-        self.knobs = {
-            "num_blocks": num_blocks,
-            "page_size": page_size,
-            "max_batch_tokens": max_batch_tokens,
-            "max_requests_per_batch": max_requests_per_batch,
-            "scheduler": scheduler,
-        }
-        self.warmup, self.ignore_eos, self.record = warmup, ignore_eos, record
+        """record: time every iteration (off only to measure what recording costs); warmup: run
+        transformers' warm-up (CUDA graphs) before the requests."""
+        super().__init__(lm, knobs, ignore_eos=ignore_eos)
+        self.record, self.warmup = record, warmup
 
     def describe(self) -> dict:
         import transformers
 
-        return {"engine": "continuous", **self.knobs, "transformers": transformers.__version__}
+        return {**super().describe(), "transformers": transformers.__version__}
 
     def check(self, requests) -> None:
+        from explorer.model.memory import check_fits
+
         check_lengths(self.lm, requests)
-        check_kv_budget(requests, self.knobs["num_blocks"], self.knobs["page_size"])
+        check_kv_budget(requests, self.knobs)
+        blocks, page = self.knobs.num_blocks, self.knobs.page_size
+        check_fits(
+            blocks * page * self.lm.info.kv_bytes_per_token,
+            self.lm.device,
+            f"the continuous engine's paged KV cache ({blocks:,} blocks x {page} tokens)",
+            "give fewer --num-blocks",
+        )
 
     # --- the run ---------------------------------------------------------------------------------
 
@@ -90,11 +107,11 @@ class Continuous:
 
         k = self.knobs
         cfg = ContinuousBatchingConfig(
-            num_blocks=k["num_blocks"],
-            page_size=k["page_size"],
-            max_batch_tokens=k["max_batch_tokens"],
-            max_requests_per_batch=k["max_requests_per_batch"],
-            scheduler_type=k["scheduler"],
+            num_blocks=k.num_blocks,
+            page_size=k.page_size,
+            max_batch_tokens=k.max_batch_tokens,
+            max_requests_per_batch=k.max_requests_per_batch,
+            scheduler_type=k.scheduler,
         )
         eos = -1 if self.ignore_eos else self.lm.model.config.eos_token_id
         gen = GenerationConfig(do_sample=False, eos_token_id=eos, max_new_tokens=32)
@@ -108,6 +125,14 @@ class Continuous:
         )
 
     def serve(self, requests, records, feeder, stop) -> list:
+        """The whole run holds the model's lock: transformers' loop runs on its own thread and
+        sets config.is_causal per call, so no other forward may share the model meanwhile."""
+        from explorer.model.sharing import exclusive_run
+
+        with exclusive_run(self.lm.model):
+            return self._serve(requests, records, feeder, stop)
+
+    def _serve(self, requests, records, feeder, stop) -> list:
         mgr = self.manager()
         if self.warmup:
             mgr.warmup()
@@ -129,10 +154,12 @@ class Continuous:
             )
 
         feeder.start(send)
+        cut = True  # until _collect returns: a stop, Ctrl-C or an error cuts the run short
         try:
             self._collect(mgr, records, feeder, stop, len(requests))
+            cut = stop.is_set()
         finally:
-            mgr.stop(block=True, timeout=10)
+            _stop_manager(mgr, hard=cut)
             self.lm.model.destroy_cached_continuous_batching_manager()
             feeder.join()
         return iterations
@@ -160,16 +187,36 @@ class Continuous:
                 rec.error = "stopped before it finished"
 
 
-def check_kv_budget(requests, num_blocks: int, page_size: int) -> None:
+def _stop_manager(mgr, hard: bool) -> None:
+    """Stop transformers' loop and wait until its thread has really ended (the model's lock is
+    released only then). A run cut short stops at once (hard_stop), its unfinished requests
+    failed quietly: our records say which were cut, in one line of ours, not one warning each."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("ContinuousBatchingLogger", "transformers")]
+    levels = [lg.level for lg in loggers]
+    if hard:
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL)
+    try:
+        mgr.stop(block=True, timeout=10, hard_stop=hard)
+        while mgr.is_running():
+            mgr._generation_thread.join(0.1)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def check_kv_budget(requests, knobs: ContinuousKnobs) -> None:
     """A request that can never fit the paged KV budget (also the simulator's check)."""
-    budget = num_blocks * page_size
+    budget = knobs.kv_budget
     for r in requests:
         need = len(r.prompt_ids) + r.max_tokens
         if need > budget:
             raise ValueError(
                 f"request {r.id} needs {need} KV slots ({len(r.prompt_ids)} prompt + "
                 f"{r.max_tokens} new) but the KV budget holds {budget} "
-                f"({num_blocks} blocks x {page_size} tokens)"
+                f"({knobs.num_blocks} blocks x {knobs.page_size} tokens)"
             )
 
 
@@ -247,21 +294,24 @@ class _Recorder:
         self.preempted = 0
 
 
-def plain_throughput(lm, requests, **knobs) -> dict:
+def plain_throughput(lm, requests, knobs: ContinuousKnobs) -> dict:
     """The same requests (all at once) through plain model.generate_batch(), with no recording:
     the reference for what our per-iteration recording costs. Output tokens per second."""
-    eng = Continuous(lm, **knobs)
+    from explorer.model.sharing import exclusive_run
+
+    eng = Continuous(lm, knobs)
     gen, cfg = eng.configs()
-    lm.model.destroy_cached_continuous_batching_manager()
     n = max(r.max_tokens for r in requests)
-    t0 = time.perf_counter()
-    out = lm.model.generate_batch(
-        [r.prompt_ids for r in requests],
-        generation_config=gen,
-        continuous_batching_config=cfg,
-        warmup=eng.warmup,
-        max_new_tokens=n,
-    )
-    seconds = time.perf_counter() - t0
+    with exclusive_run(lm.model):
+        lm.model.destroy_cached_continuous_batching_manager()
+        t0 = time.perf_counter()
+        out = lm.model.generate_batch(
+            [r.prompt_ids for r in requests],
+            generation_config=gen,
+            continuous_batching_config=cfg,
+            warmup=eng.warmup,
+            max_new_tokens=n,
+        )
+        seconds = time.perf_counter() - t0
     tokens = sum(len(o.generated_tokens) for o in out.values())
     return {"seconds": seconds, "output_tokens": tokens, "output_throughput": tokens / seconds}

@@ -17,44 +17,63 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 
-from explorer.serving.engines import register
-
-ENDPOINTS = ("completions", "chat")
+from explorer.engine.settings import setting
+from explorer.serving.engines import Engine, Knobs, register
 
 
 class ServerError(ValueError):
     """The server cannot be used (not running, wrong URL, unknown model)."""
 
 
-@register("http")
-class Http:
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000",
-        served_model: str | None = None,
-        endpoint: str = "completions",
-        ignore_eos: bool = True,
-        timeout_s: float = 600.0,
-        lm=None,
-    ):
-        if endpoint not in ENDPOINTS:
-            raise ValueError(f"http engine: endpoint must be one of {', '.join(ENDPOINTS)}")
-        if not base_url.startswith(("http://", "https://")):
+@dataclass
+class HttpKnobs(Knobs):
+    base_url: str = setting("http://127.0.0.1:8000", "base URL", "the server (http:// or https://)")
+    served_model: str | None = setting(
+        None, "served model", "the model name it serves (None: its first)", kind=str, optional=True
+    )
+    endpoint: str = setting(
+        "completions",
+        "endpoint",
+        "/v1/completions or /v1/chat/completions",
+        choices=("completions", "chat"),
+    )
+    timeout_s: float = setting(
+        600.0,
+        "timeout (s)",
+        "seconds a request may wait for the server's next bytes",
+        low=0,
+        low_open=True,
+        cli="--request-timeout",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(
-                f"http engine: the base URL must start with http:// or https://, got {base_url!r}"
+                f"http engine: the base URL must start with http:// or https://, got "
+                f"{self.base_url!r}"
             )
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
-        self.served_model, self.endpoint = served_model, endpoint
-        self.ignore_eos, self.timeout_s, self.lm = ignore_eos, timeout_s, lm
+
+
+@register("http", HttpKnobs, order=40)
+class Http(Engine):
+    local = False  # a server elsewhere; a local model only cuts the text prompts
+    knobs: HttpKnobs
+
+    def __init__(self, lm, knobs: HttpKnobs, *, ignore_eos: bool = True):
+        super().__init__(lm, knobs, ignore_eos=ignore_eos)
+        self.base_url = knobs.base_url.rstrip("/").removesuffix("/v1")
+        self.served_model = knobs.served_model  # the server's first model if None, after check()
+        self.endpoint, self.timeout_s = knobs.endpoint, knobs.timeout_s
         self.eos_style = None  # "ignore_eos" | "min_new_tokens", found by the probe
 
     def describe(self) -> dict:
         return {
-            "engine": "http",
+            **super().describe(),
             "base_url": self.base_url,
             "served_model": self.served_model,
-            "endpoint": self.endpoint,
             "ignore_eos_style": self.eos_style,
         }
 
@@ -174,7 +193,7 @@ class Http:
 
     async def _stream(self, client, req, rec, feeder, stop) -> None:
         body = self._body(req, req.max_tokens, self.eos_style)
-        pieces = []
+        pieces, finished = [], False
         async with client.stream("POST", self._url(), json=body) as resp:
             if resp.status_code >= 400:
                 text = (await resp.aread()).decode(errors="replace")[:200]
@@ -186,22 +205,58 @@ class Http:
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    finished = True
                     break
-                chunk = json.loads(data)
+                chunk = _json_chunk(data)
                 text = _chunk_text(chunk)
                 if text:
                     rec.token_s.append(feeder.now())
                     pieces.append(text)
-                usage = chunk.get("usage")
-                if usage:
-                    rec.output_len = usage.get("completion_tokens") or rec.output_len
-                    rec.input_len = usage.get("prompt_tokens") or rec.input_len
+                _read_usage(chunk.get("usage"), req, rec)
         rec.end_s = feeder.now()
         rec.text = "".join(pieces)
         if not rec.output_len:
             rec.output_len = len(rec.token_s)
         if not rec.token_s:
             rec.error = "the server streamed no tokens"
+        elif not finished:
+            rec.error = f"truncated: the stream ended without [DONE] after {len(rec.token_s)} chunks of text"
+
+
+USAGE_LIMIT = 10_000_000  # more prompt tokens than any served context holds
+
+
+def _json_chunk(data: str) -> dict:
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError as err:
+        raise ServerError(f"the server sent a malformed chunk ({err.msg}): {data[:80]!r}") from None
+    if not isinstance(chunk, dict):
+        raise ServerError(f"the server sent a chunk that is not a JSON object: {data[:80]!r}")
+    return chunk
+
+
+def _read_usage(usage, req, rec) -> None:
+    """The server's usage counts, checked: a whole number in range, else the request is an error
+    (ServerError) and no figure of it is used."""
+    if not usage:
+        return
+    if not isinstance(usage, dict):
+        raise ServerError(f"the server's usage is not an object: {usage!r:.80}")
+    for key, high, attr in (
+        ("completion_tokens", req.max_tokens, "output_len"),
+        ("prompt_tokens", USAGE_LIMIT, "input_len"),
+    ):
+        value = usage.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+            raise ServerError(
+                f"the server reported usage.{key}={value!r:.40}: not a whole number from 0 to "
+                f"{high:,}" + (" (the max_tokens asked for)" if attr == "output_len" else "")
+            )
+        if value:
+            setattr(rec, attr, value)
 
 
 def _chunk_text(chunk: dict) -> str:

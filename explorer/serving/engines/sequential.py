@@ -7,39 +7,38 @@ vLLM's automatic prefix caching (which does it per KV block). Iterations count o
 
 from __future__ import annotations
 
-from explorer.serving.engines import check_lengths, register
+from dataclasses import dataclass
+
+from explorer.engine.settings import setting
+from explorer.serving.engines import Engine, Knobs, register
 from explorer.serving.engines._local import Inbox, run_batch
 
 
-@register("sequential")
-class Sequential:
-    knobs: dict = {}
+@dataclass
+class SequentialKnobs(Knobs):
+    prefix_caching: bool = setting(
+        False, "prefix caching", "start a request from the KV of a recent prompt it shares"
+    )
+    min_prefix: int = setting(
+        16, "min prefix", "prefix caching: shortest shared prefix reused (tokens)", low=1
+    )
+    prefix_slots: int = setting(
+        8, "prefix slots", "prefix caching: recent prompts whose KV is kept", low=1, high=1024
+    )
 
-    def __init__(
-        self,
-        lm,
-        ignore_eos: bool = True,
-        prefix_caching: bool = False,
-        min_prefix: int = 16,
-        prefix_slots: int = 8,
-    ):
-        if lm is None:
-            raise ValueError("the sequential engine needs a loaded model")
-        for name, v in (("min_prefix", min_prefix), ("prefix_slots", prefix_slots)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
-        self.lm, self.ignore_eos = lm, ignore_eos
-        self.knobs = (
-            {"prefix_caching": True, "min_prefix": min_prefix, "prefix_slots": prefix_slots}
-            if prefix_caching
-            else {}
-        )
+
+@register("sequential", SequentialKnobs, order=10)
+class Sequential(Engine):
+    knobs: SequentialKnobs
+
+    def __init__(self, lm, knobs: SequentialKnobs, *, ignore_eos: bool = True):
+        super().__init__(lm, knobs, ignore_eos=ignore_eos)
         self._prefixes: list = []  # PrefixCache of recent prompts, newest last
         self.reused_tokens = 0
 
     def describe(self) -> dict:
-        out = {"engine": "sequential", **self.knobs}
-        if self.knobs:
+        out = super().describe()
+        if self.knobs.prefix_caching:
             out["prefix_reused_tokens"] = self.reused_tokens  # prompt tokens served from the cache
         return out
 
@@ -50,7 +49,7 @@ class Sequential:
             m = min(pc.shared_with(ids), len(ids) - 1)
             if m > n:
                 best, n = pc, m
-        if best is None or n < self.knobs["min_prefix"]:
+        if best is None or n < self.knobs.min_prefix:
             return None
         return best.head(n)
 
@@ -58,21 +57,18 @@ class Sequential:
         from explorer.engine.prefix import PrefixCache
 
         self._prefixes.append(PrefixCache.from_session(session, ids))
-        del self._prefixes[: -self.knobs["prefix_slots"]]
-
-    def check(self, requests) -> None:
-        check_lengths(self.lm, requests)
+        del self._prefixes[: -self.knobs.prefix_slots]
 
     def serve(self, requests, records, feeder, stop) -> list:
         inbox, iterations = Inbox(feeder), []
         feeder.start(inbox.put)
         while batch := inbox.take(1):
             ids = batch[0][0].prompt_ids
-            pc = self._best_prefix(ids) if self.knobs else None
+            pc = self._best_prefix(ids) if self.knobs.prefix_caching else None
             s = run_batch(
                 self.lm, batch, feeder, iterations, self.ignore_eos, inbox.waiting, prefix_cache=pc
             )
-            if self.knobs:
+            if self.knobs.prefix_caching:
                 self.reused_tokens += len(pc) if pc is not None else 0
                 if s.steps:  # prefilled: its cache holds the prompt's KV
                     self._remember(ids, s)

@@ -3,7 +3,8 @@
 The events: a request arrives (the feeder sends it, behind max_concurrency as the real
 Feeder does) and an iteration ends (its tokens land, finished requests leave, the engine plans
 the next one); the static engine adds a wake-up at its batch's wait limit, and no iteration
-starts before the engine's measured start-up time. The engine is one
+starts before the engine's measured start-up time. What runs next is the engine's policy's
+choice (explorer.serving.simulate.policy: one class per engine). The engine is one
 server: an iteration's length is the StepModel's seconds for its passes, plus the measured gap
 between iterations. The result is the serving lab's own records and iterations, so every view
 and summarise() read a simulated run exactly as a measured one.
@@ -17,17 +18,12 @@ import itertools
 
 from explorer.serving.engines import Iteration
 from explorer.serving.metrics import RequestRecord
-from explorer.serving.simulate import policy
-from explorer.serving.simulate.policy import Plan, SimRequest
+from explorer.serving.simulate.policy import Plan, Policy, SimRequest
 
 
 class Simulator:
-    def __init__(self, engine: str, knobs: dict, shape, step_model, max_concurrency=None):
-        if engine not in ("sequential", "static", "continuous"):
-            raise ValueError(
-                f"the simulator models the sequential, static and continuous engines, not {engine!r}"
-            )
-        self.engine, self.knobs, self.shape, self.model = engine, knobs, shape, step_model
+    def __init__(self, policy: Policy, shape, step_model, max_concurrency=None):
+        self.policy, self.shape, self.model = policy, shape, step_model
         self.max_concurrency = max_concurrency
         self.heap: list = []
         self.seq = itertools.count()
@@ -38,8 +34,6 @@ class Simulator:
         self.in_flight = 0
         self.busy = False
         self.iterations: list[Iteration] = []
-        self.batch: list[SimRequest] = []  # sequential / static: the Session batch
-        self.batch_step = 0
         self.unsent = 0
 
     # --- events ------------------------------------------------------------------------------
@@ -101,37 +95,7 @@ class Simulator:
         self.push(self.now + seconds, "done", (plan, self.now, seconds))
 
     def plan(self) -> Plan | None:
-        if self.engine == "continuous":
-            return self.plan_continuous()
-        return self.plan_session()
-
-    def plan_session(self) -> Plan | None:
-        """sequential / static: keep stepping the current batch, else take the next one."""
-        if not self.batch:
-            limit = 1 if self.engine == "sequential" else self.knobs.get("max_batch", 8)
-            wait = 0.0 if self.engine == "sequential" else self.knobs.get("max_wait_s", 0.05)
-            if not policy.static_batch_ready(self.waiting, self.now, limit, wait, self.more_coming):
-                if self.waiting:  # wake up at the wait limit
-                    self.push(policy.static_deadline(self.waiting, wait), "wake")
-                return None
-            self.batch, self.waiting = self.waiting[:limit], self.waiting[limit:]
-            self.batch_step = 0
-        passes = policy.session_batch_passes(self.batch, self.batch_step)
-        return Plan([(r, q) for r, (q, _) in zip(self.batch, passes)], passes)
-
-    def plan_continuous(self) -> Plan | None:
-        used = sum(r.blocks for r in self.running)
-        free = self.knobs["num_blocks"] - used
-        rows, starved = policy.schedule_continuous(self.running, self.waiting, free, self.knobs)
-        preempted = policy.preempt(starved, self.running) if starved else []
-        for req in preempted:
-            self.running.remove(req)
-            self.waiting.append(req)
-        for req, _ in rows:
-            if req in self.waiting:
-                self.waiting.remove(req)
-                self.running.append(req)
-        return Plan.of(rows, preempted=len(preempted))
+        return self.policy.plan(self)
 
     def finish_iteration(self, payload) -> None:
         plan, start, seconds = payload
@@ -153,10 +117,7 @@ class Simulator:
                     req.end_s = end
                     self.leave(req)
         self.record(plan, start, end, (decode, prefill, prefill_tokens))
-        if self.batch:
-            self.batch_step += 1
-            if all(r.done for r in self.batch):
-                self.batch = []
+        self.policy.finished(plan)
 
     def leave(self, req: SimRequest) -> None:
         if req in self.running:
@@ -167,7 +128,7 @@ class Simulator:
 
     def record(self, plan: Plan, start: float, end: float, counts: tuple[int, int, int]) -> None:
         decode, prefill, prefill_tokens = counts
-        paged = self.engine == "continuous"
+        paged = self.policy.paged
         self.iterations.append(
             Iteration(
                 index=len(self.iterations),
@@ -179,7 +140,7 @@ class Simulator:
                 batch_tokens=sum(q for q, _ in plan.passes),
                 waiting=len(self.waiting),
                 kv_blocks_used=sum(r.blocks for r in self.running) if paged else None,
-                kv_blocks_total=self.knobs.get("num_blocks") if paged else None,
+                kv_blocks_total=self.policy.kv_blocks_total,
                 preempted=plan.preempted,
                 passes=[list(p) for p in plan.passes],
             )

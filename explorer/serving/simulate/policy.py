@@ -1,8 +1,11 @@
-"""The scheduler policies of the serving lab's engines, one small function per decision.
+"""The scheduler policies of the serving lab's engines: one small class per engine, one small
+function per decision.
 
 Each engine's policy turns the simulator's state (who is waiting, who is running) into the next
-iteration's plan: which requests run, and with how many query tokens each. They follow the
-engines the serving lab measures (explorer.serving.engines):
+iteration's plan: which requests run, and with how many query tokens each. A policy is built
+from the SAME Knobs object as the real engine (explorer.serving.engines: one declaration per
+engine), so the model and the engine cannot drift apart. They follow the engines the serving lab
+measures:
 
     sequential   one request at a time, first come first served: its prefill, then one decode
                  pass per token until it is done
@@ -20,7 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
+from explorer.serving import engines
+from explorer.serving.engines.continuous import ContinuousKnobs, check_kv_budget
 from explorer.serving.metrics import RequestRecord
 
 SAFETY_MARGIN = 0.15  # transformers' FIFOScheduler: free-block fraction under which prefills wait
@@ -111,11 +117,11 @@ def in_safety_margin(free_blocks: int, total_blocks: int) -> bool:
     return free_blocks / total_blocks >= SAFETY_MARGIN
 
 
-def schedule_continuous(running, waiting, free_blocks: int, knobs: dict):
+def schedule_continuous(running, waiting, free_blocks: int, knobs: ContinuousKnobs):
     """The next iteration's rows and the running requests that were starved of blocks."""
-    budget, page = knobs["max_batch_tokens"], knobs["page_size"]
-    max_requests = knobs.get("max_requests_per_batch") or 1024
-    margin = in_safety_margin(free_blocks, knobs["num_blocks"])
+    budget, page = knobs.max_batch_tokens, knobs.page_size
+    max_requests = knobs.max_requests_per_batch or 1024
+    margin = in_safety_margin(free_blocks, knobs.num_blocks)
     rows, starved = [], []
     for req in candidates(running, waiting):
         if not margin and rows and req.prefill_left > 0:
@@ -147,3 +153,142 @@ def preempt(starved: list[SimRequest], running: list[SimRequest]) -> list[SimReq
         req.preemptions += 1
         out.append(req)
     return out
+
+
+# --- one policy class per engine ------------------------------------------------------------------
+
+_POLICIES: dict[str, type[Policy]] = {}
+
+
+def policy(engine: str):
+    """Class decorator: the simulator's policy for the registered engine `engine`."""
+
+    def wrap(cls):
+        cls.engine = engine
+        _POLICIES[engine] = cls
+        return cls
+
+    return wrap
+
+
+def modelled() -> tuple[str, ...]:
+    """The engines the simulator models, in the engines' order."""
+    return tuple(n for n in engines.names() if n in _POLICIES)
+
+
+def policy_for(engine: str, knobs: engines.Knobs) -> Policy:
+    """The policy of `engine`, built from the knobs the real engine takes."""
+    if engine not in _POLICIES:
+        raise ValueError(
+            f"the simulator models {', '.join(modelled())}; {engine!r} is not one of them"
+        )
+    return _POLICIES[engine](knobs)
+
+
+class Policy:
+    """An engine's scheduling, as the event loop (explorer.serving.simulate.events) asks for it."""
+
+    engine: ClassVar[str]
+    paged: ClassVar[bool] = False  # a paged KV cache whose blocks the iterations record
+    assumption: ClassVar[str | None] = None  # how it schedules, for the result's assumptions
+
+    def __init__(self, knobs: engines.Knobs):
+        expected = engines.get(self.engine).Knobs
+        if not isinstance(knobs, expected):
+            raise TypeError(f"the {self.engine} policy takes {expected.__name__}")
+        self.knobs = knobs
+
+    def check(self, requests) -> None:
+        """A clear ValueError before the run, if the engine could never serve the requests."""
+
+    def plan(self, sim) -> Plan | None:
+        """The next iteration (None or no rows: nothing to run now)."""
+        raise NotImplementedError
+
+    def finished(self, plan: Plan) -> None:
+        """An iteration of `plan` ended (its tokens have landed)."""
+
+    @property
+    def kv_blocks_total(self) -> int | None:
+        return None
+
+
+class SessionBatch(Policy):
+    """A Session batch at a time: taken when ready, stepped until its longest request ends."""
+
+    def __init__(self, knobs):
+        super().__init__(knobs)
+        self.batch: list[SimRequest] = []
+        self.batch_step = 0
+
+    def limits(self) -> tuple[int, float]:
+        """(requests per batch, how long a batch waits to fill)."""
+        raise NotImplementedError
+
+    def plan(self, sim) -> Plan | None:
+        if not self.batch:
+            limit, wait = self.limits()
+            if not static_batch_ready(sim.waiting, sim.now, limit, wait, sim.more_coming):
+                if sim.waiting:  # wake up at the wait limit
+                    sim.push(static_deadline(sim.waiting, wait), "wake")
+                return None
+            self.batch, sim.waiting = sim.waiting[:limit], sim.waiting[limit:]
+            self.batch_step = 0
+        passes = session_batch_passes(self.batch, self.batch_step)
+        return Plan([(r, q) for r, (q, _) in zip(self.batch, passes)], passes)
+
+    def finished(self, plan: Plan) -> None:
+        self.batch_step += 1
+        if all(r.done for r in self.batch):
+            self.batch = []
+
+
+@policy("sequential")
+class SequentialPolicy(SessionBatch):
+    def __init__(self, knobs):
+        super().__init__(knobs)
+        if knobs.prefix_caching:
+            raise ValueError("the simulator does not model the sequential engine's prefix caching")
+
+    def limits(self) -> tuple[int, float]:
+        return 1, 0.0
+
+
+@policy("static")
+class StaticPolicy(SessionBatch):
+    def limits(self) -> tuple[int, float]:
+        return self.knobs.max_batch, self.knobs.max_wait_s
+
+
+@policy("continuous")
+class ContinuousPolicy(Policy):
+    paged = True
+    assumption = (
+        "scheduler: transformers' FIFO (decodes, then prefills, then waiting; chunked under "
+        "max_batch_tokens; 15% free-block safety margin; preemption resets and recomputes)"
+    )
+
+    def __init__(self, knobs: ContinuousKnobs):
+        super().__init__(knobs)
+        if knobs.scheduler != "fifo":
+            raise ValueError("the simulator models transformers' fifo scheduler only")
+
+    def check(self, requests) -> None:
+        check_kv_budget(requests, self.knobs)
+
+    @property
+    def kv_blocks_total(self) -> int:
+        return self.knobs.num_blocks
+
+    def plan(self, sim) -> Plan | None:
+        free = self.knobs.num_blocks - sum(r.blocks for r in sim.running)
+        rows, starved = schedule_continuous(sim.running, sim.waiting, free, self.knobs)
+        preempted = preempt(starved, sim.running) if starved else []
+        for req in preempted:
+            sim.running.remove(req)
+            sim.waiting.append(req)
+        for req, _ in rows:
+            if req in sim.waiting:
+                sim.waiting.remove(req)
+                sim.running.append(req)
+        return Plan.of(rows, preempted=len(preempted))
