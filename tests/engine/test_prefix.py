@@ -89,9 +89,12 @@ def test_sequential_engine_reuses_the_shared_prefix(target):
     assert fed[True][0] == 64 and all(n <= 64 - 48 for n in fed[True][1:])
     outs = {on: [rec.output_ids for rec in r.records] for on, r in runs.items()}
     assert outs[True] == outs[False]
+    # every engine knob is recorded, off as well as on
     assert (
-        runs[True].engine["prefix_caching"] is True and "prefix_caching" not in runs[False].engine
+        runs[True].engine["prefix_caching"] is True
+        and runs[False].engine["prefix_caching"] is False
     )
+    assert "prefix_reused_tokens" not in runs[False].engine
     assert runs[True].engine["prefix_reused_tokens"] == sum(64 - n for n in fed[True])
 
 
