@@ -6,7 +6,8 @@
     s.step(); s.trace.to_json()
 
 Rooms: model/ (what runs), engine/ (one request, step by step), costs/ (why a step takes its time),
-sweeps/ (registered measurements), plots/ (figures), app/ (dashboard), cli/ (the `explorer` command).
+sweeps/ (registered measurements), plots/ (figures), app/ (dashboard), cli/ (the `explorer` command),
+bench/ (side-by-side benchmarks).
 """
 
 from explorer._version import __version__

@@ -161,7 +161,7 @@ async def run_sessions(
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -177,12 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--shots", default=None, help="folder for a screenshot of each failed step")
     ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     reason = bs.browser_unavailable()
     if reason:
         print(f"bench_load: {reason}", file=sys.stderr)
         return 2
-
     out: dict = {
         "sessions": args.sessions,
         "steps": args.steps,
@@ -192,6 +195,20 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average_start": os.getloadavg(),
     }
+    results = measure(args, out)
+    out["load_average_end"] = os.getloadavg()
+    summarise(results, out)
+    print_report(out, args)
+    text = json.dumps(out, indent=2, default=str)
+    if args.json:
+        Path(args.json).write_text(text)
+    ok = out["failures"] == 0 and out["kernels_alive_after_close"] == args.pool_size
+    return 0 if ok else 1
+
+
+def measure(args: argparse.Namespace, out: dict) -> list[dict]:
+    """Start the app, run every session, close the tabs and wait for the pool to come back; the
+    wall time, kernel counts and memory go into `out`. Returns each session's results."""
     server = bs.AppServer(pool_size=args.pool_size, cull_idle_timeout=args.cull_idle_timeout)
     server.start()
     progress(f"explorer app up at {server.url} with {len(server.kernels())} preheated kernel(s)")
@@ -209,9 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             f"all tabs closed; {out['kernels_when_tabs_closed']} kernels alive; waiting for culling"
         )
         t1 = time.perf_counter()
-        deadline = (
-            args.cull_idle_timeout + 60 + 30 * args.pool_size
-        )  # culling, then the pool's own refill
+        # culling, then the pool's own refill
+        deadline = args.cull_idle_timeout + 60 + 30 * args.pool_size
         alive = server.wait_kernels(args.pool_size, timeout_s=deadline)
         out["kernels_alive_after_close"] = alive
         out["kernels_back_to_pool_s"] = (
@@ -222,8 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         if sampler.is_alive():
             sampler.stop()
         server.stop()
-    out["load_average_end"] = os.getloadavg()
     out["peak_memory_mb"] = {k: (v / MB if k != "processes" else v) for k, v in peak.items()}
+    return results
+
+
+def summarise(results: list[dict], out: dict) -> None:
+    """Per-session and overall step latencies (median, p95) and the failure count, into `out`."""
     per = []
     for r in results:
         lat = r["latencies_ms"]
@@ -247,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     out["failures"] = sum(len(r["failures"]) for r in results)
 
-    for p in per:
+
+def print_report(out: dict, args: argparse.Namespace) -> None:
+    for p in out["per_session"]:
         med = f"{p['median_ms']:.0f}" if p["median_ms"] is not None else "-"
         p95 = f"{p['p95_ms']:.0f}" if p["p95_ms"] is not None else "-"
         tti = f"{p['tti_s']:.1f}" if p["tti_s"] is not None else "-"
@@ -267,11 +289,6 @@ def main(argv: list[str] | None = None) -> int:
         f"kernels: {out['kernels_when_tabs_closed']} when the tabs closed, {out['kernels_alive_after_close']} "
         f"after culling (pool size {args.pool_size})"
     )
-    text = json.dumps(out, indent=2, default=str)
-    if args.json:
-        Path(args.json).write_text(text)
-    ok = out["failures"] == 0 and out["kernels_alive_after_close"] == args.pool_size
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":

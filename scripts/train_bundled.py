@@ -616,9 +616,19 @@ def write_json(path: Path, data: Any) -> None:
 
 def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
     """assets/models/README.md, written from training.json and samples.json (never by hand)."""
-    corpus, tok, models_ = training["corpus"], training["tokenizer"], training["models"]
-    m = training["machine"]
     lines = [
+        *_card_intro(training),
+        *_card_models(training),
+        *_card_samples(samples),
+        *_card_limits(),
+    ]
+    return "\n".join(lines)
+
+
+def _card_intro(training: dict[str, Any]) -> list[str]:
+    """Title, how the files are written, the corpus and its licence, the tokenizer."""
+    corpus, tok = training["corpus"], training["tokenizer"]
+    return [
         "# Bundled models (model card)",
         "",
         "Two Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained on a CPU by",
@@ -642,17 +652,22 @@ def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
         f"{tok['type']}, vocabulary {tok['vocab_size']:,}; `<|endoftext|>` is BOS and EOS (prepended to "
         "every encoded text, as every training document starts with it), `<|pad|>` pads batches.",
         "",
-        "## Models and training",
-        "",
-        "| | target | draft |",
-        "|---|---|---|",
     ]
-    t, d = models_["target"], models_["draft"]
+
+
+def _card_models(training: dict[str, Any]) -> list[str]:
+    """The target-vs-draft table, the note when the draft ends lower, the machine."""
+    tok, m = training["tokenizer"], training["machine"]
+    t, d = training["models"]["target"], training["models"]["draft"]
 
     def row(label: str, fn) -> str:
         return f"| {label} | {fn(t)} | {fn(d)} |"
 
-    lines += [
+    return [
+        "## Models and training",
+        "",
+        "| | target | draft |",
+        "|---|---|---|",
         row("parameters", lambda r: f"{r['parameters']:,}"),
         row(
             "layers x hidden (heads / KV heads)",
@@ -702,6 +717,12 @@ def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
         f"{training['total_wall_time_s'] / 60:.1f} min. Same seeds and versions reproduce the weights;",
         "another thread count or CPU may differ in the last bits (and so in a late greedy token).",
         "",
+    ]
+
+
+def _card_samples(samples: dict[str, Any]) -> list[str]:
+    """The greedy continuations the tests regenerate token for token."""
+    lines = [
         "## Greedy continuations",
         "",
         f"`{samples['how']}`",
@@ -711,7 +732,12 @@ def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
         for sample in samples[name]:
             text = sample["text"].replace("\n", "\\n")
             lines.append(f"- {name}: **{sample['prompt']}**{text}")
-    lines += [
+    return lines
+
+
+def _card_limits() -> list[str]:
+    """What the models are for and what not."""
+    return [
         "",
         "## Intended use and limits",
         "",
@@ -721,7 +747,6 @@ def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
         "configurations, random weights) or a hub model on a GPU.",
         "",
     ]
-    return "\n".join(lines)
 
 
 def machine_info() -> dict[str, Any]:

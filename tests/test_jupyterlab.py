@@ -157,22 +157,30 @@ def lab(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture()
-def lab_page(lab):
+@pytest.fixture(scope="module")
+def lab_browser(lab):
+    """One chromium for the module's tests (each test gets its own context: cookies, storage)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         browser = bs.launch_chromium(pw)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda err: errors.append(str(err)))
-        page.errors = errors
         try:
-            yield page
+            yield browser
         finally:
-            context.close()
             browser.close()
+
+
+@pytest.fixture()
+def lab_page(lab_browser):
+    context = lab_browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.errors = errors
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 def _open_and_run_all(page, lab, name: str) -> None:

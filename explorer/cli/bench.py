@@ -45,7 +45,7 @@ def _add_bench_overhead(bench) -> None:
 
 
 def _cmd_bench_overhead(args) -> int:
-    from explorer.engine.session import overhead_benchmark
+    from explorer.bench.overhead import overhead_benchmark
     from explorer.model.loader import load
 
     if args.threads is not None:
@@ -123,7 +123,8 @@ def _add_bench_speculative(bench) -> None:
 
 def _cmd_bench_speculative(args) -> int:
     from explorer import Sampling
-    from explorer.engine.speculative import benchmark, measure_cost_ratio, parse_ks
+    from explorer.bench.speculative import benchmark, measure_cost_ratio
+    from explorer.engine.drafts import parse_ks
     from explorer.model.loader import load
 
     ks = parse_ks(args.k)
@@ -311,7 +312,7 @@ def _add_bench_hooks(bench) -> None:
 
 
 def _cmd_bench_hooks(args) -> int:
-    from explorer.engine.session import inside_benchmark
+    from explorer.bench.inside import inside_benchmark
     from explorer.model.loader import load
 
     lm = load(args.model, device=args.device, dtype=args.dtype)
@@ -352,7 +353,7 @@ def _add_bench_lookup(bench) -> None:
 
 
 def _cmd_bench_lookup(args) -> int:
-    from explorer.engine.speculative import lookup_benchmark
+    from explorer.bench.speculative import lookup_benchmark
     from explorer.model.loader import load
 
     for flag in ("k", "ngram", "new_tokens", "repeats"):

@@ -132,7 +132,8 @@ def _add_speculate(sub) -> None:
 
 
 def _cmd_speculate(args) -> int:
-    from explorer.engine.speculative import SpeculativeSession, check_k
+    from explorer.engine.drafts import check_k
+    from explorer.engine.speculative import SpeculativeSession
     from explorer.model.loader import load
 
     check_k(args.k)

@@ -54,7 +54,7 @@ def trust(
     batch=None,
 ) -> list[dict[str, Any]]:
     """The trust table (module doc). trace: a Trace whose steps carry bound_s and latency_s;
-    calibration: defaults to trace.calibration; speculative: explorer.engine.speculative.benchmark
+    calibration: defaults to trace.calibration; speculative: explorer.bench.speculative.benchmark
     rows; batch: a batch sweep frame (its attrs carry both knees)."""
     rows: list[dict | None] = []
     if trace is not None:

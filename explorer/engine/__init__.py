@@ -8,21 +8,19 @@ Sampling and Trace are light (no transformers import); the rest loads on first u
 from explorer.engine.sampling import Sampling
 from explorer.engine.trace import Step, Trace, TraceFormatError
 
-_LAZY = {
-    "Session": "session",
-    "SessionDone": "session",
-    "SessionBusy": "session",
-    "forward": "passes",
-    "kv_cache_bytes": "passes",
-    "crop_cache": "passes",
-    "copy_cache": "passes",
-    "position_ids": "passes",
-    "overhead_benchmark": "session",
-    "SpeculativeSession": "speculative",
-    "Round": "speculative",
-    "PromptLookup": "speculative",
-    "PrefixCache": "prefix",
-    "inside_benchmark": "session",
+_LAZY = {  # name -> the module that defines it, imported on first use
+    "Session": "explorer.engine.session",
+    "SessionDone": "explorer.engine.session",
+    "SessionBusy": "explorer.engine.session",
+    "forward": "explorer.model.passes",
+    "kv_cache_bytes": "explorer.model.passes",
+    "crop_cache": "explorer.model.passes",
+    "copy_cache": "explorer.model.passes",
+    "position_ids": "explorer.model.passes",
+    "SpeculativeSession": "explorer.engine.speculative",
+    "Round": "explorer.engine.speculative",
+    "PromptLookup": "explorer.engine.drafts",
+    "PrefixCache": "explorer.engine.prefix",
 }
 
 __all__ = ["Sampling", "Step", "Trace", "TraceFormatError", *_LAZY]
@@ -32,5 +30,5 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f"explorer.engine.{_LAZY[name]}"), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'explorer.engine' has no attribute {name!r}")

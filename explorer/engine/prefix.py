@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer.costs.timing import Measurement, Timer, alternate, time_call
-from explorer.engine.passes import copy_cache, crop_cache, forward, kv_cache_bytes
+from explorer.model.passes import copy_cache, crop_cache, forward, kv_cache_bytes
 
 
 def _owner(lm) -> tuple:
@@ -29,9 +29,9 @@ class PrefixCache:
     """The KV cache of `prefix` (text or token ids) on `lm`, built once (build_s: measured)."""
 
     def __init__(self, lm, prefix):
-        from explorer.engine.session import _encode
+        from explorer.engine.prompt import encode
 
-        ids = _encode(lm, prefix)
+        ids = encode(lm, prefix)
         limit = lm.info.max_positions
         if limit and len(ids) >= limit:
             raise ValueError(
@@ -141,11 +141,13 @@ def prefix_benchmark(
     device sync) with and without a PrefixCache, alternately (ABBA) after one warm-up of each, and
     the largest difference between their next-token logits. The prefix is DEFAULT_PREFIX repeated
     to about prefix_tokens tokens (random ids for a model without a tokenizer)."""
+    from explorer.engine.prompt import encode
     from explorer.engine.sampling import Sampling
-    from explorer.engine.session import Session, _check_int, _encode
+    from explorer.engine.session import Session
+    from explorer.engine.settings import check_int
 
-    _check_int("prefix_tokens", prefix_tokens, 1)
-    _check_int("repeats", repeats, 1)
+    check_int("prefix_tokens", prefix_tokens, 1)
+    check_int("repeats", repeats, 1)
     if prefix is None:
         if lm.tokenizer is not None:
             one = lm.tokenizer(DEFAULT_PREFIX)["input_ids"]
@@ -159,7 +161,7 @@ def prefix_benchmark(
             if lm.tokenizer is not None
             else list(range(3, 19))
         )
-    ids = pc.ids + _encode(lm, question)
+    ids = pc.ids + encode(lm, question)
 
     def first(cached: bool):
         s = Session(lm, ids, Sampling(greedy=True), prefix_cache=pc if cached else None)

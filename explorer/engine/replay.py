@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from explorer.engine.passes import copy_cache, crop_cache, forward, position_ids
+from explorer.model.passes import copy_cache, crop_cache, forward, position_ids
 
 
 @dataclass

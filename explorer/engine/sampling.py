@@ -3,7 +3,7 @@
     logits [B, V] --repetition penalty--> --temperature--> --top-k--> --top-p--> --min-p--> sample / argmax
 
 Each stage is a function from logits to logits (filtered tokens get -inf) and matches the
-corresponding transformers LogitsProcessor exactly (tests/test_sampling.py checks this).
+corresponding transformers LogitsProcessor exactly (tests/engine/test_sampling.py checks this).
 
 Our defaults are explicit: Sampling() is plain sampling at temperature 1 with every filter off.
 transformers' generate() silently uses top_k=50 when you pass do_sample=True without top_k (from

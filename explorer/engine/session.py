@@ -1,14 +1,13 @@
 """The step-by-step engine: one forward pass per token, every sampling stage recorded.
 
-The low-level phases (forward, kv_cache_bytes, crop_cache, copy_cache) live in
-explorer.engine.passes and are re-exported here.
+The low-level phases (forward, kv_cache_bytes, crop_cache, copy_cache) live in explorer.model.passes,
+prompt preparation in explorer.engine.prompt, and turning a pass into a Step in explorer.engine.recording.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import statistics
 import threading
 from contextlib import contextmanager
 
@@ -16,25 +15,32 @@ import torch
 
 from explorer.costs.timing import Timer
 from explorer.engine.options import graphs_compiled
-from explorer.engine.passes import (  # noqa: F401  (re-exported: the engine phases)
-    _accepts_logits_to_keep,
-    cache_length,
-    copy_cache,
-    crop_cache,
-    forward,
-    kv_cache_bytes,
-    position_ids,
+from explorer.engine.prompt import (  # noqa: F401  (prompt_input re-exported for the dashboard)
+    decode_ids,
+    eos_ids,
+    left_pad,
+    pad_id,
+    prompt_input,
+    prompt_rows,
+    trace_prompt,
 )
+from explorer.engine.recording import StepRecorder
 from explorer.engine.sampling import (
     Draw,
     Sampling,
     choose_token,
     make_generator,
     process,
-    step_statistics,
 )
-from explorer.engine.settings import SessionOptions
+from explorer.engine.settings import SessionOptions, check_int
 from explorer.engine.trace import Step, Trace
+from explorer.model.passes import (
+    accepts_logits_to_keep,
+    cache_length,
+    copy_cache,
+    crop_cache,
+    forward,
+)
 
 # --- the Session ---------------------------------------------------------------------------------
 
@@ -47,7 +53,7 @@ class SessionBusy(RuntimeError):
     """A step, profile or inside view was asked for while another one runs on the same session."""
 
 
-class Session:
+class Session(StepRecorder):
     """Step through generation one forward pass at a time, recording every step as a plain-data Step.
 
     The cache holds every token except the last chosen one; each step() feeds what is not yet in
@@ -78,64 +84,63 @@ class Session:
         compile: bool | str = False,
         weights: str | None = None,
     ):
-        from explorer.engine.options import Compiled, check_cache_type, compile_mode
+        from explorer.engine.options import Compiled
 
         sampling = Sampling() if sampling is None else sampling
         _check_sampling(sampling)
-        SessionOptions(
+        self.options = SessionOptions(
             use_cache=use_cache,
             batch_size=batch_size,
             top_n=top_n,
             max_new_tokens=max_new_tokens,
             stop_at_eos=stop_at_eos,
         )  # validates each against its declared range
-        check_cache_type(cache)
-        mode = compile_mode(compile, lm.device)
-        if not use_cache and (cache == "static" or mode is not None):
-            raise ValueError(
-                "cache='static' and compile= need use_cache=True (they speed up cached decoding)"
-            )
-        if prefix_cache is not None and cache == "static":
-            raise ValueError(
-                "prefix_cache works with cache='dynamic' only (it copies a DynamicCache)"
-            )
+        mode = _compile_mode(lm, self.options, cache, compile, prefix_cache)
         if weights is not None:
             from explorer.model.loader import with_weights
 
             lm = with_weights(lm, weights)  # a converted copy, cached on lm
-        self.lm = lm
-        self.sampling = dataclasses.replace(
-            sampling
-        )  # a copy: later edits to the caller's object need set_sampling
+        self.lm, self.device = lm, lm.device
+        # a copy: later edits to the caller's object need set_sampling
+        self.sampling = dataclasses.replace(sampling)
         self.use_cache = bool(use_cache)
         self.top_n = min(top_n, lm.info.vocab_size)
         self.max_new_tokens = max_new_tokens
         self.roofline = roofline
         self.stop_at_eos = stop_at_eos
-        self.device = lm.device
-        self._eos = _eos_ids(lm)
-        self._pad = _pad_id(lm, self._eos)
-        rows = _prompt_rows(lm, prompt, batch_size)
-        self.batch_size = len(rows)
-        self.prompt_len = max(len(r) for r in rows)  # padded length
-        self._ids, self._mask = _left_pad(rows, self._pad, self.device)  # [B, P], [B, P] or None
-        self.prefix_cache = (
-            prefix_cache  # explorer.engine.prefix.PrefixCache: copied in, not recomputed
-        )
-        self._rows = rows  # the prompt rows, for the prefix check of _fresh_cache()
+        self._eos = eos_ids(lm)
+        self._pad = pad_id(lm, self._eos)
+        self._rows = prompt_rows(lm, prompt, batch_size)  # kept for _fresh_cache()'s prefix check
+        self.batch_size = len(self._rows)
+        self.prompt_len = max(len(r) for r in self._rows)  # padded length
+        # ids [B, P], mask [B, P] or None
+        self._ids, self._mask = left_pad(self._rows, self._pad, self.device)
+        self.prefix_cache = prefix_cache  # explorer.engine.prefix.PrefixCache: copied in
         self.cache_type = cache if use_cache else None
-        self.cache_len = None
-        if cache == "static":
-            from explorer.engine.options import static_cache_len
-
-            self.cache_len = static_cache_len(
-                self.prompt_len, max_new_tokens, lm.info.max_positions, cache_len
-            )
-            _check_static_cache(lm, self.cache_len, self.batch_size)
+        self.cache_len = self._static_cache_len(cache, cache_len)
         self._compiled = Compiled(lm.model, mode) if mode is not None else None
         self._recompiles: int | None = None  # graphs compiled during the latest timed pass
         self._cache = self._fresh_cache()
-        self._gen = make_generator(sampling.seed)
+        self._start_bookkeeping(sampling.seed)
+        self.trace = self._new_trace(prompt)
+        self.stop_reason: str | None = None
+        self._busy = threading.Lock()
+
+    def _static_cache_len(self, cache: str, cache_len: int | None) -> int | None:
+        """The static cache's length (None for a dynamic cache or none at all)."""
+        if cache != "static":
+            return None
+        from explorer.engine.options import static_cache_len
+
+        length = static_cache_len(
+            self.prompt_len, self.max_new_tokens, self.lm.info.max_positions, cache_len
+        )
+        _check_static_cache(self.lm, length, self.batch_size)
+        return length
+
+    def _start_bookkeeping(self, seed: int | None) -> None:
+        """The generator, the per-step records and the caches of a session that has not stepped."""
+        self._gen = make_generator(seed)
         self._gen_states: list[torch.Tensor] = []  # generator state before each step, for rewind
         self._finished = [False] * self.batch_size
         self._last = None  # (step index, raw logits [B, V], stages) of the latest forward
@@ -144,32 +149,34 @@ class Session:
         self._override: dict | None = None  # sampling fields when they differ from trace.settings
         self._device_name = str(self.device)
         self._peaks_cache = None  # explorer.costs.hardware.Peaks, measured on the first step
+
+    def _new_trace(self, prompt) -> Trace:
+        """The empty Trace: the prompt, every setting of this session, the model and the device."""
+        lm = self.lm
         settings = {
-            **sampling.to_dict(),
+            **self.sampling.to_dict(),
             "use_cache": self.use_cache,
             "top_n": self.top_n,
             "batch_size": self.batch_size,
-            "max_new_tokens": max_new_tokens,
+            "max_new_tokens": self.max_new_tokens,
             "cache": self.cache_type,
             "cache_len": self.cache_len,
             "compile": None if self._compiled is None else self._compiled.to_dict(),
             "weights": lm.info.weights,
         }
-        if prefix_cache is not None:
+        if self.prefix_cache is not None:
             settings["prefix_cache"] = {
                 "tokens": cache_length(self._cache),
-                "build_s": prefix_cache.build_s,
+                "build_s": self.prefix_cache.build_s,
             }
-        self.trace = Trace(
-            prompt=_trace_prompt(lm, prompt, rows),
+        return Trace(
+            prompt=trace_prompt(lm, prompt, self._rows),
             settings=settings,
             model=lm.info.to_dict(),
             device=str(self.device),
             dtype=lm.info.dtype,
-            prompt_ids=list(rows[0]),
+            prompt_ids=list(self._rows[0]),
         )
-        self.stop_reason: str | None = None
-        self._busy = threading.Lock()
 
     def _fresh_cache(self):
         """The cache before the prefill: empty (dynamic or static), or a copy of the prefix's KV."""
@@ -262,7 +269,7 @@ class Session:
     def run(self, n: int | None = None) -> list[Step]:
         """Step n times, or until a stop (EOS, max_new_tokens, max positions); n=None runs to the stop."""
         if n is not None:
-            _check_int("n", n, 0)
+            check_int("n", n, 0)
         out = []
         while not self.done and (n is None or len(out) < n):
             out.append(self.step())
@@ -278,7 +285,7 @@ class Session:
         The same seed then replays the same continuation. Rewinding every token returns to before
         prefill (the next step is a prefill again). distribution() is unavailable until the next step.
         """
-        _check_int("k", k, 0)
+        check_int("k", k, 0)
         with self._exclusive("rewind()", wait=True):
             self._rewind_unlocked(k)
 
@@ -408,7 +415,7 @@ class Session:
         return sample
 
     def _last_only_kwargs(self) -> dict:
-        return {"logits_to_keep": 1} if _accepts_logits_to_keep(self.lm.model) else {}
+        return {"logits_to_keep": 1} if accepts_logits_to_keep(self.lm.model) else {}
 
     def logit_lens(self, step: int | None = None, top_n: int = 5) -> list[dict]:
         """Per decoder layer: top tokens, prob of the chosen token, entropy, KL to the final
@@ -580,148 +587,8 @@ class Session:
             return
         step.stop = self.stop_reason = self.trace.stop_reason = reason
 
-    # --- recording -------------------------------------------------------------------------------
-
-    def _record(
-        self,
-        index: int,
-        fed: int,
-        context: int,
-        raw: torch.Tensor,
-        stages,
-        tokens: list[int],
-        draw: Draw | None,
-        forced: bool,
-    ) -> Step:
-        """Row 0's Step: the token's probabilities and ranks, top_n, stages, the draw, costs."""
-        st = step_statistics(raw, stages, tokens[0], self.top_n, cdf_lo=draw is None)
-        top = [{"id": i, "text": self._text(i), "raw": a, "final": b} for i, a, b in st["top"]]
-        if draw is not None:
-            hi = (
-                draw.cdf_hi[0] if draw.cdf_hi else st["prob_final"]
-            )  # greedy: the argmax's final probability
-            draw_d = {
-                "u": draw.u[0],
-                "cdf_lo": draw.cdf_lo[0],
-                "cdf_hi": hi,
-                "greedy": self.sampling.is_greedy,
-            }
-        else:  # forced: no number drawn; where the token sits in the final CDF
-            lo = st["cdf_lo_final"]
-            draw_d = {
-                "u": None,
-                "cdf_lo": lo,
-                "cdf_hi": lo + st["prob_final"],
-                "greedy": False,
-                "forced": True,
-            }
-        step = Step(
-            index=index,
-            phase="prefill" if index == 0 else "decode",
-            tokens_fed=fed,
-            context_len=context,
-            token_id=tokens[0],
-            token_text=self._text(tokens[0]),
-            forced=forced,
-            prob_raw=st["prob_raw"],
-            prob_final=st["prob_final"],
-            rank_raw=st["rank_raw"],
-            rank_final=st["rank_final"],
-            entropy_raw=st["entropy_raw"],
-            entropy_final=st["entropy_final"],
-            top=top,
-            stages=st["stages"],
-            draw=draw_d,
-            latency_s=self._timer.seconds,
-            kv_cache_bytes=kv_cache_bytes(self._cache),
-            device=self._device_name,
-            dtype=self.lm.info.dtype,
-            batch_size=self.batch_size,
-            row_tokens=list(tokens) if self.batch_size > 1 else None,
-            sampling=self._override,
-            cache_type=self.cache_type,
-            compiled=None if self._compiled is None else self._recompiles is not None,
-            weights=self.lm.info.weights,
-            recompiles=self._recompiles,
-        )
-        self._fill_costs(step)
-        return step
-
-    def _fill_costs(self, step: Step) -> None:
-        """Modelled FLOPs and bytes of this forward (explorer.costs), against measured peaks."""
-        from explorer.costs import step_roofline
-
-        costs = step_roofline(
-            self.lm.info,
-            batch=self.batch_size,
-            tokens_fed=step.tokens_fed,
-            context_len=step.context_len,
-            use_cache=self.use_cache,
-            latency_s=step.latency_s,
-            peaks=self._peaks(),
-            logits_positions=1,
-            floor_s=self._overhead_floor(),
-        )
-        for key, value in costs.items():
-            setattr(step, key, value)
-        if self.trace.calibration is None:  # the calibration in use, saved with the trace
-            from explorer.costs.calibrate import active
-
-            cal = active(self.lm.info.name, str(self.device), self.lm.info.dtype)
-            self.trace.calibration = cal.to_dict() if cal is not None else None
-
-    def _peaks(self):
-        """Measured peaks of this device and dtype (once per process, lazily); None with roofline=False."""
-        if not self.roofline:
-            return None
-        if self._peaks_cache is None:
-            from explorer.costs import hardware
-
-            self._peaks_cache = hardware.measure(self.device, dtype=self.lm.model.dtype)
-        if self.trace.hardware is None:
-            self.trace.hardware = _plain(self._peaks_cache)
-        return self._peaks_cache
-
-    def _overhead_floor(self) -> float | None:
-        """Measured overhead floor of this model (explorer.costs.overhead; once per model, lazily)."""
-        if not self.roofline:
-            return None
-        if self.trace.overhead_floor is None:
-            from explorer.costs.overhead import overhead_floor
-
-            self.trace.overhead_floor = overhead_floor(self.lm.model)
-        return self.trace.overhead_floor["floor_s"]
-
-    # --- token text ------------------------------------------------------------------------------
-
-    def _text(self, token_id: int) -> str:
-        text = self._text_cache.get(token_id)
-        if text is None:
-            tok = self.lm.tokenizer
-            text = (
-                f"<{token_id}>"
-                if tok is None
-                else tok.decode([token_id], clean_up_tokenization_spaces=False)
-            )
-            self._text_cache[token_id] = text
-        return text
-
-    def _decode(self, ids: list[int]) -> str:
-        return _decode_ids(self.lm.tokenizer, ids)
-
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _plain(obj):
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
-    return obj.to_dict() if hasattr(obj, "to_dict") else dict(vars(obj))
-
-
-def _check_int(name: str, value, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
 
 
 def _check_static_cache(lm, cache_len: int, rows: int) -> None:
@@ -748,284 +615,16 @@ def _check_sampling(sampling) -> None:
     sampling.validate()  # fields may have been changed after construction
 
 
-def _is_str_list(x) -> bool:
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(p, str) for p in x)
+def _compile_mode(lm, options: SessionOptions, cache: str, compile, prefix_cache) -> str | None:
+    """torch.compile's mode for this session (None: eager), after checking the cache options agree."""
+    from explorer.engine.options import check_cache_type, compile_mode
 
-
-def _eos_ids(lm) -> set[int]:
-    cfg = getattr(lm.model, "generation_config", None)
-    eos = getattr(cfg, "eos_token_id", None)
-    if eos is None and lm.tokenizer is not None:
-        eos = lm.tokenizer.eos_token_id
-    if eos is None:
-        return set()
-    return {int(e) for e in eos} if isinstance(eos, (list, tuple)) else {int(eos)}
-
-
-def _pad_id(lm, eos: set[int]) -> int:
-    for pad in (
-        getattr(lm.tokenizer, "pad_token_id", None),
-        getattr(getattr(lm.model, "generation_config", None), "pad_token_id", None),
-    ):
-        if pad is not None:
-            return int(pad)
-    return min(eos) if eos else 0
-
-
-def _prompt_rows(lm, prompt, batch_size: int) -> list[list[int]]:
-    """Token ids of every row; validates lengths and ids. A single prompt is repeated batch_size times."""
-    if _is_single(prompt):
-        rows = [_encode(lm, prompt)] * batch_size
-    elif isinstance(prompt, (list, tuple)) and prompt and all(_is_single(p) for p in prompt):
-        if batch_size not in (1, len(prompt)):
-            raise ValueError(f"batch_size={batch_size} but {len(prompt)} prompts were given")
-        rows = [_encode(lm, p) for p in prompt]
-    else:
+    check_cache_type(cache)
+    mode = compile_mode(compile, lm.device)
+    if not options.use_cache and (cache == "static" or mode is not None):
         raise ValueError(
-            "prompt must be a string, a list of strings, a list of token ids or a list of id lists; "
-            f"got {prompt!r}"
+            "cache='static' and compile= need use_cache=True (they speed up cached decoding)"
         )
-    limit = lm.info.max_positions
-    for r in rows:
-        if limit and len(r) > limit:
-            raise ValueError(
-                f"the prompt is {len(r)} tokens long but the model has only {limit} positions"
-            )
-    return rows
-
-
-def _is_single(prompt) -> bool:
-    """One prompt: a string or a (possibly empty) list of token ids."""
-    return isinstance(prompt, str) or (
-        isinstance(prompt, (list, tuple))
-        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
-    )
-
-
-def _trace_prompt(lm, prompt, rows: list[list[int]]):
-    """What the Trace records as the prompt: the text(s) given, or the decoded ids."""
-    if isinstance(prompt, str) or _is_str_list(prompt):
-        return prompt if isinstance(prompt, str) else list(prompt)
-    texts = [_decode_ids(lm.tokenizer, r) for r in rows]
-    return texts[0] if _is_single(prompt) else texts
-
-
-def _decode_ids(tok, ids: list[int]) -> str:
-    if tok is None:
-        return "".join(f"<{i}>" for i in ids)
-    return tok.decode(ids, clean_up_tokenization_spaces=False)
-
-
-def _encode(lm, prompt) -> list[int]:
-    tok = lm.tokenizer
-    vocab = lm.info.vocab_size
-    if isinstance(prompt, str):
-        if tok is None:
-            raise ValueError(
-                f"{lm.info.name} has no tokenizer: pass the prompt as a list of token ids"
-            )
-        ids = list(tok(prompt, verbose=False)["input_ids"])  # our own error below names the lengths
-    else:
-        ids = list(prompt)
-        bad = [
-            t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab
-        ]
-        if bad:
-            raise ValueError(
-                f"prompt token ids {bad[:5]} are outside the vocabulary (0 to {vocab - 1})"
-            )
-    if not ids:
-        bos = getattr(tok, "bos_token_id", None) if tok is not None else None
-        if bos is None:
-            raise ValueError(
-                "the prompt is empty and the tokenizer has no BOS token to start from; "
-                "give at least one token"
-            )
-        ids = [int(bos)]
-    return ids
-
-
-def _left_pad(rows: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Left-pad rows to one length: ids [B, P] and a mask [B, P] (None when no row needs padding)."""
-    width = max(len(r) for r in rows)
-    ids = torch.tensor(
-        [[pad] * (width - len(r)) + list(r) for r in rows], dtype=torch.long, device=device
-    )
-    if all(len(r) == width for r in rows):
-        return ids, None
-    mask = torch.tensor(
-        [[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device
-    )
-    return ids, mask
-
-
-def prompt_input(lm, text: str):
-    """A typed prompt as the Session takes it: text, or token ids for a model without a tokenizer.
-
-    Without a tokenizer, text of whole numbers ("1 2 3") is read as token ids; other text is fed
-    as its UTF-8 bytes (ids 0-255), so architecture-only shapes still run.
-    """
-    if lm.tokenizer is not None:
-        return text
-    parts = text.replace(",", " ").split()
-    if parts and all(p.isdigit() for p in parts):
-        return [int(p) for p in parts]
-    ids = list(text.encode("utf-8"))
-    if not ids:
-        raise ValueError(
-            f"{lm.info.name} has no tokenizer: type a prompt (fed as bytes) or token ids such as 1 2 3"
-        )
-    return ids
-
-
-# --- overhead benchmark ----------------------------------------------------------------------------
-
-
-def overhead_benchmark(
-    lm,
-    prompt_ids: list[int],
-    *,
-    new_tokens: int = 128,
-    repeats: int = 5,
-    warmup: int = 1,
-    top_n: int = 20,
-) -> dict:
-    """Time transformers' generate() and a fully recording greedy Session, alternately, in this process.
-
-    Both make exactly `new_tokens` tokens from the same prompt (generate with min_new_tokens, the
-    Session with stop_at_eos=False). Repeats alternate the order (ABBA) so slow drift in a shared
-    machine's load hits both alike. Returns medians and the ratio session / generate.
-    """
-    from explorer.costs.timing import Measurement, alternate, synchronize, time_call
-
-    _check_int("new_tokens", new_tokens, 1)
-    _check_int("repeats", repeats, 1)
-    model, dev = lm.model, lm.device
-    ids = torch.tensor([prompt_ids], device=dev)
-    pad = _pad_id(lm, _eos_ids(lm))
-
-    def run_generate():
-        with torch.inference_mode():
-            return model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                pad_token_id=pad,
-            )
-
-    def run_session():
-        s = Session(
-            lm,
-            list(prompt_ids),
-            Sampling(greedy=True),
-            top_n=top_n,
-            max_new_tokens=new_tokens,
-            stop_at_eos=False,
-        )
-        s.run()
-        return s
-
-    for _ in range(warmup):
-        gen_out, session = run_generate(), run_session()
-    synchronize(dev)
-    times = alternate(
-        {
-            "generate": lambda: time_call(run_generate, dev)[1],
-            "session": lambda: time_call(run_session, dev)[1],
-        },
-        repeats,
-    )
-    g = Measurement(times["generate"], warmup=warmup, method=Timer(dev).method)
-    s = Measurement(times["session"], warmup=warmup, method=Timer(dev).method)
-    gen_tokens = gen_out[0, len(prompt_ids) :].tolist() if warmup else None
-    return {
-        "model": lm.info.name,
-        "device": str(dev),
-        "dtype": lm.info.dtype,
-        "threads": torch.get_num_threads(),
-        "prompt_tokens": len(prompt_ids),
-        "new_tokens": new_tokens,
-        "repeats": repeats,
-        "warmup": warmup,
-        "top_n": top_n,
-        "generate": g.to_dict(),
-        "session": s.to_dict(),
-        "ratio": s.median / g.median,
-        "per_token_ms": {
-            "generate": 1e3 * g.median / new_tokens,
-            "session": 1e3 * s.median / new_tokens,
-        },
-        "session_forward_ms": 1e3 * sum(st.latency_s for st in session.steps) / new_tokens
-        if warmup
-        else None,
-        "same_tokens": _same_until_eos(session.tokens, gen_tokens, _eos_ids(lm))
-        if warmup
-        else None,
-    }
-
-
-def inside_benchmark(
-    lm, prompt_ids: list[int], *, new_tokens: int = 32, repeats: int = 7, warmup: int = 1
-) -> dict:
-    """Does looking inside a step leave anything behind? Two identical copies of the model, timed
-    alternately (ABBA) in this process: `plain` never sees a hook; `inside` runs the logit lens, the
-    attention view and profile_step() before each of its runs. Both then make `new_tokens` greedy
-    tokens through a normal Session; per-token time is the median over repeats of the Steps' own
-    forward latencies. Returns both medians, their ratio, and the hook counts left on each model."""
-    from explorer.costs.timing import Measurement, alternate
-    from explorer.inside import hook_count
-    from explorer.model.loader import LoadedModel
-
-    _check_int("new_tokens", new_tokens, 1)
-    _check_int("repeats", repeats, 1)
-    twin = LoadedModel(model=copy.deepcopy(lm.model), tokenizer=lm.tokenizer, info=lm.info)
-    arms = {"plain": lm, "inside": twin}
-
-    def session(which: str) -> Session:
-        return Session(
-            arms[which], list(prompt_ids), Sampling(greedy=True),
-            max_new_tokens=new_tokens + 1, stop_at_eos=False,
-        )  # fmt: skip
-
-    def run(which: str) -> float:
-        if which == "inside":
-            looked = session(which)
-            looked.step()
-            looked.step()
-            looked.logit_lens()
-            looked.attention()
-            looked.profile_step(repeats=1)
-        s = session(which)
-        s.run()
-        return statistics.median(st.latency_s for st in s.steps if st.phase == "decode")
-
-    for _ in range(warmup):
-        run("plain"), run("inside")
-    per_token = alternate({"plain": lambda: run("plain"), "inside": lambda: run("inside")}, repeats)
-    method = Timer(lm.device).method
-    plain = Measurement(per_token["plain"], warmup=warmup, method=method)
-    inside = Measurement(per_token["inside"], warmup=warmup, method=method)
-    return {
-        "model": lm.info.name,
-        "device": str(lm.device),
-        "dtype": lm.info.dtype,
-        "threads": torch.get_num_threads(),
-        "new_tokens": new_tokens,
-        "repeats": repeats,
-        "warmup": warmup,
-        "plain": plain.to_dict(),
-        "inside": inside.to_dict(),
-        "ratio": inside.median / plain.median,
-        "hooks_left": {k: hook_count(v.model) for k, v in arms.items()},
-    }
-
-
-def _same_until_eos(ours: list[int], theirs: list[int] | None, eos: set[int]) -> bool | None:
-    """Greedy tokens agree up to the first EOS (generate's min_new_tokens masks EOS after that)."""
-    if theirs is None:
-        return None
-    n = next((i for i, t in enumerate(theirs) if t in eos), len(theirs))
-    n = min(n, next((i for i, t in enumerate(ours) if t in eos), len(ours)))
-    return ours[:n] == theirs[:n]
+    if prefix_cache is not None and cache == "static":
+        raise ValueError("prefix_cache works with cache='dynamic' only (it copies a DynamicCache)")
+    return mode

@@ -127,3 +127,9 @@ class SessionOptions:
 
     def __post_init__(self) -> None:
         validate(self)
+
+
+def check_int(name: str, value, low: int) -> None:
+    """ValueError naming `name` unless value is a whole number >= low (bools are not numbers here)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")

@@ -29,7 +29,7 @@ def _weights_catcher(store: dict[int, torch.Tensor], i: int):
 def _eager_pass(model, ids, cache, mask, past) -> dict[int, torch.Tensor]:
     """The newest token's pass with eager attention; our own scoped hooks on each layer's attention
     module keep its weights (transformers' output_attentions would install hooks that stay)."""
-    from explorer.engine.passes import position_ids
+    from explorer.model.passes import position_ids
 
     try:
         lay = layout(model)

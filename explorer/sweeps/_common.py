@@ -28,9 +28,9 @@ from explorer import costs
 from explorer.costs import hardware
 from explorer.costs.split import utilisation
 from explorer.costs.timing import Timer, time_call
-from explorer.engine.passes import crop_cache, forward
 from explorer.model.device import is_out_of_memory
 from explorer.model.loader import LoadedModel, ModelInfo
+from explorer.model.passes import crop_cache, forward
 
 Progress = Callable[[int, int], None]
 
@@ -170,12 +170,15 @@ def attrs(
     sweep: str,
     lm: LoadedModel,
     peaks,
-    repeats: int,
-    warmup: int,
     notes: list[str],
     columns,
+    *,
+    repeats: int,
+    warmup: int,
     **extra,
 ) -> dict[str, Any]:
+    """A sweep frame's attrs: what ran where (model, device, dtype, threads, timer), how it was
+    measured (repeats, warm-up passes, the statistic), the peaks and calibration used, the notes."""
     from explorer.costs.calibrate import active
 
     peaks_d = plain_peaks(peaks)

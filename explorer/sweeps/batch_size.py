@@ -11,9 +11,9 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
-from explorer.engine.passes import copy_cache
 from explorer.model.device import available_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
+from explorer.model.passes import copy_cache
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,
@@ -118,10 +118,10 @@ def run(
             "batch",
             lm,
             peaks,
-            repeats,
-            1,
             notes,
             COLUMNS,
+            repeats=repeats,
+            warmup=1,
             context_len=context_len,
             knee_batch_modelled=knee,
             knee_batch_measured=measured_knee(rows),

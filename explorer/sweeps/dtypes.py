@@ -11,9 +11,9 @@ import torch
 
 from explorer.costs import hardware
 from explorer.costs.timing import Timer
-from explorer.engine.passes import forward, kv_cache_bytes
 from explorer.model.device import DTYPES, dtype_name, dtype_problem, resolve_device
 from explorer.model.loader import LoadedModel, load, with_weights
+from explorer.model.passes import forward, kv_cache_bytes
 from explorer.model.quant import weights_of
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import COLUMNS as GLOSSARY

@@ -11,8 +11,8 @@ from transformers import DynamicCache
 
 from explorer import costs
 from explorer.costs.timing import time_call
-from explorer.engine.passes import forward, kv_cache_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
+from explorer.model.passes import forward, kv_cache_bytes
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,
@@ -110,10 +110,10 @@ def run(
             "cache",
             lm,
             peaks,
-            repeats,
-            1,
             notes,
             COLUMNS,
+            repeats=repeats,
+            warmup=1,
             prompt_len=prompt_len,
             new_tokens=new_tokens,
         ),

@@ -141,7 +141,9 @@ def run(
         "rungs": {r: RUNGS[r] for r in names},
     }
     return frame(
-        rows, COLUMNS, sweep_attrs("ladder", lm, peaks, repeats, 1, notes, COLUMNS, **extra)
+        rows,
+        COLUMNS,
+        sweep_attrs("ladder", lm, peaks, notes, COLUMNS, repeats=repeats, warmup=1, **extra),
     )
 
 
@@ -279,8 +281,9 @@ class _Ladder:
     # --- prompt lookup (speculative, no draft model) and prefix caching ---
 
     def _lookup(self, batch: int) -> dict:
+        from explorer.engine.drafts import PromptLookup
         from explorer.engine.sampling import Sampling
-        from explorer.engine.speculative import PromptLookup, SpeculativeSession
+        from explorer.engine.speculative import SpeculativeSession
 
         if batch > 1:
             raise _Skip("prompt lookup runs one row (SpeculativeSession is batch 1)")
@@ -374,7 +377,7 @@ def _step_bytes(step) -> float | None:
 
 
 def _prompt_ids(lm, prompt) -> list[int]:
-    from explorer.engine.session import _encode
+    from explorer.engine.prompt import encode
 
     if prompt is None:
         prompt = (
@@ -382,7 +385,7 @@ def _prompt_ids(lm, prompt) -> list[int]:
             if lm.tokenizer is not None
             else [(7 * i) % lm.info.vocab_size for i in range(1, 17)]
         )
-    return _encode(lm, prompt)
+    return encode(lm, prompt)
 
 
 def _meaningful_perplexity(lm) -> bool:

@@ -10,8 +10,8 @@ import pandas as pd
 import torch
 
 from explorer.costs.timing import time_call
-from explorer.engine.passes import crop_cache
 from explorer.model.loader import LoadedModel
+from explorer.model.passes import crop_cache
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,
@@ -81,7 +81,9 @@ def run(
         rows = measure_points(lengths, point, notes, label=lambda L: f"length {L}", stop=stop)
     finally:
         progress_bar.close()
-    return frame(rows, COLUMNS, attrs("prefill", lm, peaks, repeats, 1, notes, COLUMNS))
+    return frame(
+        rows, COLUMNS, attrs("prefill", lm, peaks, notes, COLUMNS, repeats=repeats, warmup=1)
+    )
 
 
 def _rows(

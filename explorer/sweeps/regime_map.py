@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
@@ -22,13 +23,12 @@ import torch
 from explorer import costs
 from explorer.costs.calibrate import Calibration, active
 from explorer.costs.overhead import overhead_floor
-from explorer.engine.passes import copy_cache, crop_cache
 from explorer.model.loader import LoadedModel
+from explorer.model.passes import copy_cache, crop_cache
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
     Bar,
     Progress,
-    StopSweep,
     attrs,
     check_count,
     derived,
@@ -65,6 +65,9 @@ COLUMNS = [
 ]
 
 
+WARMUP = 1  # untimed decode passes before each cell's timed ones
+
+
 def run(
     lm: LoadedModel,
     *,
@@ -91,56 +94,95 @@ def run(
     contexts = sizes("contexts", contexts, low=2)
     check_count("repeats", repeats)
     notes: list[str] = []
-    if lm.info.max_positions:
-        beyond = [c for c in contexts if c > lm.info.max_positions]
-        contexts = [c for c in contexts if c <= lm.info.max_positions]
-        if beyond:
-            notes.append(
-                f"contexts {beyond} dropped: beyond the model's {lm.info.max_positions} positions"
-            )
-        if not contexts:
-            raise ValueError(
-                f"every context is beyond the model's {lm.info.max_positions} positions"
-            )
+    contexts = _within_positions(lm, contexts, notes)
     contexts = _contexts_that_fit(lm, contexts, min(batches), memory_limit_bytes, notes)
-    peaks = peaks_for(lm, peaks)
     if isinstance(calibration, dict):
         calibration = Calibration.from_dict(calibration)
-    cal = calibration or active(lm.info.name, str(lm.device), lm.info.dtype)
-    floor = overhead_floor(lm.model)
-    shape = costs.shape_of(lm.info)
-    layers = lm.info.layers
-    base = prefill_cache(lm.model, token_ids(lm.info, 1, max(contexts) - 1, lm.device, seed))
-    full = [(c, B) for c in contexts for B in batches]
-    progress_bar = Bar(len(full) * repeats, "regime map", progress, bar)
-    too_big: set[int] = set()  # contexts whose larger batches are skipped
+    grid = _Grid(
+        lm,
+        peaks=peaks_for(lm, peaks),
+        calibration=calibration or active(lm.info.name, str(lm.device), lm.info.dtype),
+        floor=overhead_floor(lm.model),
+        base=prefill_cache(lm.model, token_ids(lm.info, 1, max(contexts) - 1, lm.device, seed)),
+        repeats=repeats,
+        seed=seed,
+        memory_limit_bytes=memory_limit_bytes,
+        notes=notes,
+    )
+    cells = [(c, B) for c in contexts for B in batches]
+    progress_bar = Bar(len(cells) * repeats, "regime map", progress, bar)
+    grid.tick = progress_bar.update
+    try:
+        rows = measure_points(cells, grid.measure, notes, label=_label, stop=stop)
+    finally:
+        progress_bar.close()
+    return frame(rows, COLUMNS, grid.frame_attrs(contexts))
 
-    def point(cell):
+
+def _within_positions(lm: LoadedModel, contexts: list[int], notes: list[str]) -> list[int]:
+    """The contexts the model has positions for; the others dropped with a note."""
+    limit = lm.info.max_positions
+    if not limit:
+        return contexts
+    beyond = [c for c in contexts if c > limit]
+    if beyond:
+        notes.append(f"contexts {beyond} dropped: beyond the model's {limit} positions")
+    kept = [c for c in contexts if c <= limit]
+    if not kept:
+        raise ValueError(f"every context is beyond the model's {limit} positions")
+    return kept
+
+
+def _label(cell) -> str:
+    return f"B={cell[1]}, context {cell[0]}"
+
+
+@dataclass
+class _Grid:
+    """What every cell of one regime map shares: the model, the prefilled cache, peaks, calibration,
+    the overhead floor, and the contexts whose larger batches no longer fit."""
+
+    lm: LoadedModel
+    peaks: object
+    calibration: Calibration | None
+    floor: dict
+    base: object  # the prefilled cache of max(contexts) - 1 positions, cropped per cell
+    repeats: int
+    seed: int
+    memory_limit_bytes: int | None
+    notes: list[str]
+    tick: Callable[[], None] | None = None
+    too_big: set[int] = field(default_factory=set)  # contexts whose larger batches are skipped
+
+    def measure(self, cell: tuple[int, int]) -> dict | list:
+        """One cell's row; [] when it (or a smaller batch at its context) would not fit."""
         ctx, B = cell
-        if ctx in too_big:
+        if ctx in self.too_big:
             return []
-        reason = wont_fit(lm, B, ctx, memory_limit_bytes)
+        reason = wont_fit(self.lm, B, ctx, self.memory_limit_bytes)
         if reason:
-            too_big.add(ctx)
-            notes.append(f"context {ctx}: batches from {B} skipped: {reason}")
+            self.too_big.add(ctx)
+            self.notes.append(f"context {ctx}: batches from {B} skipped: {reason}")
             return []
-        cache = crop_cache(copy_cache(base), ctx - 1)
+        lm = self.lm
+        cache = crop_cache(copy_cache(self.base), ctx - 1)
         with torch.inference_mode():
             cache.batch_repeat_interleave(B)
-        feed = token_ids(lm.info, B, 1, lm.device, seed + 1)
+        feed = token_ids(lm.info, B, 1, lm.device, self.seed + 1)
         samples = time_decode(
-            lm.model,
-            cache,
-            feed,
-            repeats=repeats,
-            warmup=1,
-            device=lm.device,
-            tick=progress_bar.update,
-        )
+            lm.model, cache, feed, repeats=self.repeats, warmup=WARMUP, device=lm.device,
+            tick=self.tick,
+        )  # fmt: skip
         del cache
-        latency = statistics.median(samples)
-        model = modelled(lm.info, peaks, batch=B, tokens_fed=1, context_len=ctx, calibration=cal)
-        kv = float(shape.kv_bytes_per_token * B * (ctx - 1))
+        return self._row(B, ctx, statistics.median(samples))
+
+    def _row(self, B: int, ctx: int, latency: float) -> dict:
+        """Measured latency beside the modelled bound, calibrated prediction and KV size."""
+        info = self.lm.info
+        model = modelled(
+            info, self.peaks, batch=B, tokens_fed=1, context_len=ctx, calibration=self.calibration
+        )
+        kv = float(costs.shape_of(info).kv_bytes_per_token * B * (ctx - 1))
         predicted = model["latency_s_calibrated"]
         row = {
             "batch": B,
@@ -150,47 +192,40 @@ def run(
             "tokens_per_s_per_user_measured": 1 / latency,
             **model,
             "kv_bytes_modelled": kv,
-            "kv_over_weights_modelled": kv / lm.info.weight_bytes,
+            "kv_over_weights_modelled": kv / info.weight_bytes,
             "bound_err_pct_derived": (model["bound_s_modelled"] - latency) / latency * 100,
             "calibrated_err_pct_derived": (
                 (predicted - latency) / latency * 100 if predicted is not None else None
             ),
         }
-        derived(row, peaks, floor["floor_s"])
+        derived(row, self.peaks, self.floor["floor_s"])
         return row
 
-    def label(cell) -> str:
-        return f"B={cell[1]}, context {cell[0]}"
-
-    try:
-        rows = measure_points(full, point, notes, label=label, stop=stop)
-    except StopSweep:  # pragma: no cover - point() never raises it
-        rows = []
-    finally:
-        progress_bar.close()
-    critical = {ctx: costs.decode_knee(lm.info, context_len=ctx, peaks=peaks) for ctx in contexts}
-    return frame(
-        rows,
-        COLUMNS,
-        attrs(
+    def frame_attrs(self, contexts: list[int]) -> dict:
+        """The frame's attrs, with the predicted boundaries (module doc) beside the measurements."""
+        lm, cal = self.lm, self.calibration
+        per_token = costs.shape_of(lm.info).kv_bytes_per_token
+        return attrs(
             "regime-map",
             lm,
-            peaks,
-            repeats,
-            1,
-            notes,
+            self.peaks,
+            self.notes,
             COLUMNS,
-            layers=layers,
+            repeats=self.repeats,
+            warmup=WARMUP,
+            layers=lm.info.layers,
             weight_bytes=lm.info.weight_bytes,
-            kv_bytes_per_token=shape.kv_bytes_per_token,
-            kv_equals_weights_tokens=lm.info.weight_bytes / shape.kv_bytes_per_token,
-            critical_batch_by_context=critical,
-            overhead_floor_s=floor["floor_s"],
-            overhead_floor=floor,
+            kv_bytes_per_token=per_token,
+            kv_equals_weights_tokens=lm.info.weight_bytes / per_token,
+            critical_batch_by_context={
+                ctx: costs.decode_knee(lm.info, context_len=ctx, peaks=self.peaks)
+                for ctx in contexts
+            },
+            overhead_floor_s=self.floor["floor_s"],
+            overhead_floor=self.floor,
             calibration=cal.to_dict() if cal is not None else None,
             regime_rule=costs.split.REGIME_RULE,
-        ),
-    )
+        )
 
 
 def _contexts_that_fit(lm, contexts: list[int], B: int, limit, notes: list[str]) -> list[int]:

@@ -152,7 +152,9 @@ def run(
         )
     finally:
         progress_bar.close()
-    df = frame(rows, COLUMNS, attrs("serving", lm, None, 1, 0, notes, COLUMNS, over=over))
+    df = frame(
+        rows, COLUMNS, attrs("serving", lm, None, notes, COLUMNS, repeats=1, warmup=0, over=over)
+    )
     mark(df)
     df.attrs["saturated"] = dict(saturated)
     df.attrs["knee"] = (

@@ -1,8 +1,8 @@
 """The Speculative tab: draft/target rounds over the dashboard's model, prompt and sampling.
 
 Round runs one speculative round (explorer.engine.speculative.SpeculativeSession.step()) and appends it to
-the charts; Benchmark times k = 1..k against target-only decoding in one run (speculative.benchmark,
-one k at a time so the progress bar moves) and draws predicted vs measured speedup.
+the charts; Benchmark times k = 1..k against target-only decoding in one run
+(explorer.bench.speculative.benchmark, one k at a time so the progress bar moves) and draws predicted vs measured speedup.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class SpeculativeTab(Tab):
         return True
 
     def _benchmark(self, target, draft, prompt, sampling, k_max: int) -> None:
-        from explorer.engine.speculative import benchmark
+        from explorer.bench.speculative import benchmark
 
         g = self.dash.guard
         rows = []

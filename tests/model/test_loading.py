@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import torch
@@ -60,13 +59,12 @@ def test_small_architectures_build_and_run(short):
     assert torch.isfinite(out.logits).all()
 
 
-def test_qwen_shape_builds_in_seconds():
-    t0 = time.perf_counter()
+def test_qwen_shape_builds_with_the_published_configuration():
     lm = load("arch:qwen2.5-0.5b")
-    elapsed = time.perf_counter() - t0
     assert lm.info.parameters == arch_info("arch:qwen2.5-0.5b").parameters
+    assert lm.info.parameters == sum(p.numel() for p in lm.model.parameters())
     assert lm.info.kv_heads == 2 and lm.info.attention_heads == 14 and lm.info.head_dim == 64
-    assert elapsed < 30, f"building the 0.5B shape took {elapsed:.1f}s"
+    assert lm.info.random_weights is True
     del lm
 
 

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 MODELS_DIR = Path(
     os.environ.get("BUNDLED_MODELS_DIR")
-    or Path(__file__).resolve().parent.parent / "assets" / "models"
+    or Path(__file__).resolve().parents[2] / "assets" / "models"
 )
 NAMES = ("target", "draft")
 
@@ -202,7 +202,7 @@ def test_model_card_is_written_from_the_records(
     import importlib.util
     import sys
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "train_bundled.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "train_bundled.py"
     spec = importlib.util.spec_from_file_location("train_bundled", script)
     module = importlib.util.module_from_spec(spec)
     sys.modules["train_bundled"] = module  # dataclasses look their module up there

@@ -30,7 +30,7 @@ def position_ids(
     return pos.clamp_(min=0)[:, -T:]  # [B, T]
 
 
-def _accepts_logits_to_keep(model) -> bool:
+def accepts_logits_to_keep(model) -> bool:
     cached = getattr(model, "_explorer_logits_to_keep", None)
     if cached is None:
         cached = "logits_to_keep" in inspect.signature(model.forward).parameters
@@ -66,7 +66,7 @@ def forward(
             f"attention_mask covers {attention_mask.shape[1]} positions but the cache holds {past} "
             f"and {input_ids.shape[1]} are fed"
         )
-    kw = {"logits_to_keep": 1} if last_only and _accepts_logits_to_keep(model) else {}
+    kw = {"logits_to_keep": 1} if last_only and accepts_logits_to_keep(model) else {}
     with model_lock(model), torch.inference_mode():  # one forward at a time per model
         out = (fn or model)(
             input_ids=input_ids,

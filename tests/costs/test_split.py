@@ -13,9 +13,8 @@ from explorer.model.layout import LayoutError, layout
 
 
 @pytest.fixture(scope="module")
-def session():
-    lm = explorer.load()
-    s = explorer.Session(lm, "The return statement", explorer.Sampling(greedy=True))
+def session(target):
+    s = explorer.Session(target, "The return statement", explorer.Sampling(greedy=True))
     s.run(4)
     return s
 

@@ -1,7 +1,7 @@
 """The serving lab: workloads, vLLM's metrics, the four engines on the bundled target, bad input.
 
 The http engine is tested against a real `transformers serve --continuous-batching` process on
-127.0.0.1 (tests/test_serving_http.py); nothing here leaves this machine."""
+127.0.0.1 (tests/serving/test_serving_http.py); nothing here leaves this machine."""
 
 from __future__ import annotations
 

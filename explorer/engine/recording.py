@@ -1,0 +1,150 @@
+"""Recording: one forward pass's logits, sampling stages and timing turned into a plain-data Step.
+
+StepRecorder is the Session's recording half: row 0's probabilities, ranks, top-n and draw, the
+token texts, and the modelled costs of the pass against the measured peaks and overhead floor.
+It reads the Session's fields (lm, sampling, top_n, batch_size, trace, the cache and the timer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from explorer.engine.prompt import decode_ids, token_text
+from explorer.engine.sampling import Draw, step_statistics
+from explorer.engine.trace import Step
+from explorer.model.passes import kv_cache_bytes
+
+
+class StepRecorder:
+    """What a Session does after each forward pass: record it as a Step (see explorer.engine.session)."""
+
+    # --- recording -------------------------------------------------------------------------------
+
+    def _record(
+        self,
+        index: int,
+        fed: int,
+        context: int,
+        raw: torch.Tensor,
+        stages,
+        tokens: list[int],
+        draw: Draw | None,
+        forced: bool,
+    ) -> Step:
+        """Row 0's Step: the token's probabilities and ranks, top_n, stages, the draw, costs."""
+        st = step_statistics(raw, stages, tokens[0], self.top_n, cdf_lo=draw is None)
+        top = [{"id": i, "text": self._text(i), "raw": a, "final": b} for i, a, b in st["top"]]
+        if draw is not None:
+            hi = (
+                draw.cdf_hi[0] if draw.cdf_hi else st["prob_final"]
+            )  # greedy: the argmax's final probability
+            draw_d = {
+                "u": draw.u[0],
+                "cdf_lo": draw.cdf_lo[0],
+                "cdf_hi": hi,
+                "greedy": self.sampling.is_greedy,
+            }
+        else:  # forced: no number drawn; where the token sits in the final CDF
+            lo = st["cdf_lo_final"]
+            draw_d = {
+                "u": None,
+                "cdf_lo": lo,
+                "cdf_hi": lo + st["prob_final"],
+                "greedy": False,
+                "forced": True,
+            }
+        step = Step(
+            index=index,
+            phase="prefill" if index == 0 else "decode",
+            tokens_fed=fed,
+            context_len=context,
+            token_id=tokens[0],
+            token_text=self._text(tokens[0]),
+            forced=forced,
+            prob_raw=st["prob_raw"],
+            prob_final=st["prob_final"],
+            rank_raw=st["rank_raw"],
+            rank_final=st["rank_final"],
+            entropy_raw=st["entropy_raw"],
+            entropy_final=st["entropy_final"],
+            top=top,
+            stages=st["stages"],
+            draw=draw_d,
+            latency_s=self._timer.seconds,
+            kv_cache_bytes=kv_cache_bytes(self._cache),
+            device=self._device_name,
+            dtype=self.lm.info.dtype,
+            batch_size=self.batch_size,
+            row_tokens=list(tokens) if self.batch_size > 1 else None,
+            sampling=self._override,
+            cache_type=self.cache_type,
+            compiled=None if self._compiled is None else self._recompiles is not None,
+            weights=self.lm.info.weights,
+            recompiles=self._recompiles,
+        )
+        self._fill_costs(step)
+        return step
+
+    def _fill_costs(self, step: Step) -> None:
+        """Modelled FLOPs and bytes of this forward (explorer.costs), against measured peaks."""
+        from explorer.costs import step_roofline
+
+        costs = step_roofline(
+            self.lm.info,
+            batch=self.batch_size,
+            tokens_fed=step.tokens_fed,
+            context_len=step.context_len,
+            use_cache=self.use_cache,
+            latency_s=step.latency_s,
+            peaks=self._peaks(),
+            logits_positions=1,
+            floor_s=self._overhead_floor(),
+        )
+        for key, value in costs.items():
+            setattr(step, key, value)
+        if self.trace.calibration is None:  # the calibration in use, saved with the trace
+            from explorer.costs.calibrate import active
+
+            cal = active(self.lm.info.name, str(self.device), self.lm.info.dtype)
+            self.trace.calibration = cal.to_dict() if cal is not None else None
+
+    def _peaks(self):
+        """Measured peaks of this device and dtype (once per process, lazily); None with roofline=False."""
+        if not self.roofline:
+            return None
+        if self._peaks_cache is None:
+            from explorer.costs import hardware
+
+            self._peaks_cache = hardware.measure(self.device, dtype=self.lm.model.dtype)
+        if self.trace.hardware is None:
+            self.trace.hardware = _plain(self._peaks_cache)
+        return self._peaks_cache
+
+    def _overhead_floor(self) -> float | None:
+        """Measured overhead floor of this model (explorer.costs.overhead; once per model, lazily)."""
+        if not self.roofline:
+            return None
+        if self.trace.overhead_floor is None:
+            from explorer.costs.overhead import overhead_floor
+
+            self.trace.overhead_floor = overhead_floor(self.lm.model)
+        return self.trace.overhead_floor["floor_s"]
+
+    # --- token text ------------------------------------------------------------------------------
+
+    def _text(self, token_id: int) -> str:
+        text = self._text_cache.get(token_id)
+        if text is None:
+            text = self._text_cache[token_id] = token_text(self.lm.tokenizer, token_id)
+        return text
+
+    def _decode(self, ids: list[int]) -> str:
+        return decode_ids(self.lm.tokenizer, ids)
+
+
+def _plain(obj):
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(vars(obj))
