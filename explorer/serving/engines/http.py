@@ -208,6 +208,9 @@ class Http(Engine):
                     finished = True
                     break
                 chunk = _json_chunk(data)
+                finished = (
+                    finished or _finish_reason(chunk) is not None
+                )  # some servers send no [DONE]
                 text = _chunk_text(chunk)
                 if text:
                     rec.token_s.append(feeder.now())
@@ -220,10 +223,21 @@ class Http(Engine):
         if not rec.token_s:
             rec.error = "the server streamed no tokens"
         elif not finished:
-            rec.error = f"truncated: the stream ended without [DONE] after {len(rec.token_s)} chunks of text"
+            rec.error = (
+                f"truncated: the stream ended without [DONE] or a finish_reason after "
+                f"{len(rec.token_s)} chunks of text"
+            )
 
 
 USAGE_LIMIT = 10_000_000  # more prompt tokens than any served context holds
+
+
+def _finish_reason(chunk: dict):
+    """The first choice's finish_reason ("stop", "length", ...), None while the text goes on."""
+    choices = chunk.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0].get("finish_reason")
+    return None
 
 
 def _json_chunk(data: str) -> dict:
