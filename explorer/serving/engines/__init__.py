@@ -185,12 +185,18 @@ def check_lengths(lm, requests) -> None:
     """Every request fits the model's context (prompt + max_tokens <= max positions) and its
     vocabulary."""
     check_vocabulary(lm, requests)
-    limit = lm.info.max_positions
+    check_context(lm.info, requests)
+
+
+def check_context(info, requests) -> None:
+    """Refuse a request whose prompt plus output is past the model's context window (the real
+    engines' check and the simulator's)."""
+    limit = info.max_positions
     for r in requests:
         if limit and len(r.prompt_ids) + r.max_tokens > limit:
             raise ValueError(
                 f"request {r.id} asks for {len(r.prompt_ids)} prompt + {r.max_tokens} new tokens, "
-                f"more than {lm.info.name}'s context of {limit} positions"
+                f"more than {info.name}'s context of {limit} positions"
             )
 
 

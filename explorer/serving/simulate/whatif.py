@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from explorer.costs.hardware import DTYPE_BYTES, Chip, chip_dtype, chip_named
 from explorer.costs.parts import Shape, shape_of
+from explorer.serving.engines import check_context
 from explorer.serving.simulate.steptime import StepModel
 
 CHIP_RULE = (
@@ -191,20 +192,6 @@ def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
         stored = (info.parameters - matmul) * 2 + matmul
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES[precision.kv()]
     return float(stored), float(read), float(kv)
-
-
-def check_context(info, requests) -> None:
-    """Refuse a request whose prompt plus output is past the model's context window."""
-    limit = info.max_positions
-    if not limit:
-        return
-    for r in requests:
-        total = len(r.prompt_ids) + r.max_tokens
-        if total > limit:
-            raise ValueError(
-                f"request {r.id}: prompt {len(r.prompt_ids)} + output {r.max_tokens} tokens is "
-                f"past {info.name}'s context of {limit} tokens"
-            )
 
 
 def reserved_per_gpu(weights: float, kv_token: float, tp: int, settings: dict) -> dict:
