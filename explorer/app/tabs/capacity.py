@@ -80,15 +80,7 @@ class CapacityTab(Tab):
         fitted = whatif_defaults()
         self.bw_eff = box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
         self.flop_eff = box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
-        self.run_button = tagged(
-            W.Button(
-                description="Run",
-                icon="play",
-                button_style="primary",
-                tooltip="simulate a range of request rates (modelled)",
-            ),
-            "cap-run",
-        )
+        self.run_button, self.compare_button = _run_button(), _compare_button()
         self.run_button.on_click(
             lambda _: self.dash.guard.call("the capacity run", self.busy, self.run_button, self.run)
         )
@@ -99,14 +91,6 @@ class CapacityTab(Tab):
             "measured JSON",
             "420px",
             placeholder="a vllm bench serve --save-result file (or ours)",
-        )
-        self.compare_button = tagged(
-            W.Button(
-                description="Compare",
-                icon="balance-scale",
-                tooltip="simulate that file's workload on this setup; show the error",
-            ),
-            "cap-compare",
         )
         self.compare_button.on_click(
             lambda _: self.dash.guard.call(
@@ -282,3 +266,26 @@ def _published_html() -> str:
 
 def _abs(v) -> str:
     return "n/a" if v is None else f"{v:.1f}%"
+
+
+def _run_button() -> W.Button:
+    return tagged(
+        W.Button(
+            description="Run",
+            icon="play",
+            button_style="primary",
+            tooltip="simulate a range of request rates (modelled)",
+        ),
+        "cap-run",
+    )
+
+
+def _compare_button() -> W.Button:
+    return tagged(
+        W.Button(
+            description="Compare",
+            icon="balance-scale",
+            tooltip="simulate that file's workload on this setup; show the error",
+        ),
+        "cap-compare",
+    )
