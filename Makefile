@@ -29,8 +29,11 @@ $(STAMP): pyproject.toml
 browser: setup
 	@bash scripts/ensure_browser.sh
 
+# Two pytest workers by default (a test file stays on one worker: its fixtures are shared);
+# make test WORKERS=0 runs in one process.
+WORKERS ?= 2
 test: setup browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile) --durations=15
 
 # make app APP_ARGS="--shared --models-config models.json --pool-size 2" for a classroom server
 app: setup
