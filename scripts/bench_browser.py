@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import browser_support as bs  # noqa: E402
+from explorer.app.voila import browser as bs  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:

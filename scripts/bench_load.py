@@ -26,8 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import browser_support as bs  # noqa: E402
+from explorer.app.voila import browser as bs  # noqa: E402
 
 MB = 1024 * 1024
 

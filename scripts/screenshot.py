@@ -6,7 +6,7 @@
 
 Serves the app on a free local port with temporary HOME/Jupyter folders, opens it at 1400x1000, sets
 the sampling, clicks Step --steps times and saves the whole page; then opens every tab in turn
-(browser_support.TAB_TOUR), presses its main control, waits for the run to finish and saves the tab.
+(explorer.app.voila.browser.TAB_TOUR), presses its main control, waits for the run to finish and saves the tab.
 Whatever a person would see wrong is printed (a figure's axis range not covering its data, a log
 axis beyond 10^12, a placeholder left in a drawn chart, a console error, a tab without its
 explanation line) and makes the exit status 1. Nothing in the test suite writes these files.
@@ -18,8 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import browser_support as bs  # noqa: E402
+from explorer.app.voila import browser as bs  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,16 +12,13 @@ import json
 import os
 import re
 import socket
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))  # browser_support
-import browser_support as bs  # noqa: E402
-
 from explorer.app.voila import assets, capacity, config, kernel_pool, serve  # noqa: E402
+from explorer.app.voila import browser as bs  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CULL_S = 4  # the test server reclaims a closed tab's kernel after 4 s idle (checked every second)

@@ -19,8 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))  # browser_support
-import browser_support as bs  # noqa: E402
+from explorer.app.voila import browser as bs  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"

@@ -307,3 +307,27 @@ def test_calibration_load_names_a_bad_file(tmp_path, text, words):
     path.write_text(text)
     with pytest.raises(ValueError, match=rf"{path}: {words}"):
         Calibration.load(path)
+
+
+def test_an_interrupted_serving_sweep_keeps_the_cut_point_marked_partial(target, monkeypatch):
+    import explorer.serving.engines.static as static
+    from explorer.sweeps import serving as serving_sweep
+    from explorer.sweeps._common import interrupted
+
+    def interrupted_batch(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(static, "run_batch", interrupted_batch)
+    df = serving_sweep.run(
+        target,
+        over="batch",
+        values=[2],
+        engines=["sequential", "static"],
+        num_prompts=2,
+        input_len=8,
+        output_len=2,
+        bar=False,
+    )
+    assert interrupted(df), df.attrs["notes"]
+    assert list(df["engine"]) == ["sequential", "static"]
+    assert list(df["partial"]) == [False, True]  # the cut point is kept, and says so

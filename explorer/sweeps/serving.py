@@ -27,6 +27,7 @@ import pandas as pd
 from explorer.serving import Workload, serve
 from explorer.serving.engines import get as get_engine
 from explorer.serving.engines import names as engine_names
+from explorer.serving.run import RunInterrupted
 from explorer.sweeps import Param, Sweep, register
 from explorer.sweeps._common import COLUMNS as GLOSSARY
 from explorer.sweeps._common import Bar, Progress, attrs, frame, measure_points
@@ -56,6 +57,7 @@ COLUMNS = [
     "offered_tok_s_modelled",
     "pareto",
     "knee",
+    "partial",
 ]
 
 GLOSSARY.update(
@@ -85,6 +87,8 @@ GLOSSARY.update(
         "tok/s asked for (modelled; throughput cannot exceed it)",
         "pareto": "on the front of output tok/s vs tok/s per user (no other row beats it on both)",
         "knee": "rate sweeps: the last rate before median TTFT exceeds 2x its lightest-rate value",
+        "partial": "the run did not complete (stopped, interrupted or failed requests): its figures "
+        "are what it measured before that, not a finished run",
     }
 )
 
@@ -132,11 +136,15 @@ def run(
             progress_bar.update()
             return []
         wl, kn = _setting(over, value, engine, num_prompts, input_len, output_len, seed)
-        res = serve(lm, wl, engine, stop=stop, **{**knobs, **kn})
+        try:
+            res = serve(lm, wl, engine, stop=stop, **{**knobs, **kn})
+        except RunInterrupted as stopped:  # Ctrl-C: keep what this point measured, marked partial
+            cut.append({**_row(engine, over, value, stopped.result), "partial": True})
+            raise
         progress_bar.update()
         if res.meta["status"] != "complete":
             notes.append(f"{engine} at {over}={value}: {res.meta['status']}")
-        row = _row(engine, over, value, res)
+        row = {**_row(engine, over, value, res), "partial": res.meta["status"] != "complete"}
         row["offered_tok_s_modelled"] = float(value) * output_len if over == "rate" else None
         if over == "rate" and res.result.get("steady") is False:
             saturated[engine] = value
@@ -146,12 +154,14 @@ def run(
             )
         return row
 
+    cut: list[dict] = []  # the interrupted point's row, partial
     try:
         rows = measure_points(
             points, point, notes, label=lambda p: f"{p[0]} {over}={p[1]}", stop=stop
         )
     finally:
         progress_bar.close()
+    rows += cut
     df = frame(
         rows, COLUMNS, attrs("serving", lm, None, notes, COLUMNS, repeats=1, warmup=0, over=over)
     )

@@ -1,4 +1,5 @@
-"""Real-browser helpers for tests/test_browser.py and scripts/bench_*.py: an `explorer app` server and chromium.
+"""Real-browser helpers for the browser tests and scripts/bench_*.py: an `explorer app` server and chromium
+(playwright, a test dependency, is imported only by the functions that drive the browser).
 
 AppServer(port=..., pool_size=1).start()   `explorer app --no-browser` in a subprocess, temp HOME/JUPYTER dirs
 launch_chromium(playwright)                Debian chromium (or $EXPLORER_CHROMIUM) via playwright
@@ -19,16 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-# scripts import this file; let them import explorer from the checkout too
-sys.path.insert(0, str(REPO))
-
-from explorer.app.voila.capacity import (  # noqa: E402
+from explorer.app.voila.capacity import (
     kernel_processes,
     tree_memory,
     wait_for_pool,
 )
-from explorer.app.voila.serve import wait_until_listening  # noqa: E402
+from explorer.app.voila.serve import wait_until_listening
+
+REPO = Path(__file__).resolve().parents[3]  # the checkout: the server runs from its root
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
