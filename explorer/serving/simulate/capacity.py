@@ -25,6 +25,7 @@ All of it is modelled: the answer carries the what-if's assumptions.
 
 from __future__ import annotations
 
+import math
 import random
 
 from explorer.costs.parts import shape_of
@@ -57,6 +58,7 @@ CONVERGE_TOL = 0.05  # a run is long enough when doubling it moves each p99 by <
 MIN_PROMPTS = 200  # shorter runs span too few iterations to judge a trend or a p99
 HOPELESS = 10  # refused at once: queue growth > 10 x GROWTH_LIMIT (rho > 2), or p99 > 10 x SLO
 MAX_PROMPTS = 16_000  # the longest run (a rate that has not settled by then is refused)
+RELAXATION = 1.0  # requests x (1 - utilization)^2 a run needs at least (see relaxation_prompts)
 UTILIZATIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)  # the curve's rates / capacity
 
 
@@ -133,20 +135,40 @@ def _settled(a: dict, b: dict, slos: dict) -> bool:
     )
 
 
+def relaxation_prompts(utilization: float) -> int:
+    """Requests a run needs before its queue forgets the empty start: a queue's relaxation time
+    grows as 1 / (1 - utilization)^2 (M/M/1 heavy traffic), so a run near capacity must be long or
+    its p99s read low (MAX_PROMPTS + 1 at or past capacity: no run is long enough)."""
+    if utilization >= 1:
+        return MAX_PROMPTS + 1
+    return math.ceil(RELAXATION / (1 - utilization) ** 2)
+
+
 def judged_point(setup: Setup, rate: float, num_prompts: int, slos: dict) -> dict:
     """The run at `rate`, doubled until two runs (n and 2n requests) agree: both refused
     (unstable or over an SLO), or both accepted (steady, every SLO met) with their p99s settled.
-    Refused at once only when hopeless (the offered rate is at or past the modelled capacity, the
-    queue keeps HOPELESS x GROWTH_LIMIT of the arrivals, or a p99 is over HOPELESS x its SLO), and when MAX_PROMPTS requests have not settled."""
-    prev, n = None, max(num_prompts, MIN_PROMPTS)
+    The first run is at least relaxation_prompts long. Refused at once when hopeless (at or past
+    the modelled capacity, or so near it that no run up to MAX_PROMPTS forgets its empty start;
+    the queue keeps HOPELESS x GROWTH_LIMIT of the arrivals; a p99 over HOPELESS x its SLO), and
+    when MAX_PROMPTS requests have not settled."""
+    need = relaxation_prompts(rate / setup.capacity)
+    if need > MAX_PROMPTS:
+        return {
+            "request_rate": rate,
+            "num_prompts": 0,
+            "steady": False,
+            "meets_slos": False,
+            "ok": False,
+            "settled": False,
+            "accepted": False,
+        }
+    prev, n = None, max(num_prompts, MIN_PROMPTS, need)
     while True:
         row = setup.run(rate, n, slos)
         ok = bool(row["steady"] and row["meets_slos"])
-        hopeless = (
-            (row["utilization"] or 0)
-            >= 1  # past the modelled capacity: no run length makes it steady
-            or (row["queue_growth"] or 0) > HOPELESS * GROWTH_LIMIT
-        ) or any((row.get(P99[k]) or 0) > HOPELESS * v for k, v in slos.items())
+        hopeless = (row["queue_growth"] or 0) > HOPELESS * GROWTH_LIMIT or any(
+            (row.get(P99[k]) or 0) > HOPELESS * v for k, v in slos.items()
+        )
         agree = prev is not None and prev["ok"] == ok and (not ok or _settled(prev, row, slos))
         if hopeless or agree or 2 * n > MAX_PROMPTS:
             row.update(ok=ok, settled=agree, accepted=ok and agree)
