@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from explorer.model.device import DTYPES, dtype_bytes, dtype_name, resolve_device, resolve_dtype
+from explorer.model.memory import check_fits, fits, gib
 from explorer.model.quant import (
     FLOAT_WEIGHTS,
     check_dtype_runs,
@@ -163,8 +164,6 @@ def _load_arch(name: str, dev: torch.device, dt: torch.dtype, seed: int) -> Load
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    from explorer.model.memory import check_arch_fits
-
     config, meta = arch_config(name)
     check_arch_fits(name, dev, dt)  # before a byte is allocated
     with no_init_weights(), torch.device(dev):
@@ -173,6 +172,26 @@ def _load_arch(name: str, dev: torch.device, dt: torch.dtype, seed: int) -> Load
     _fill_random(model, seed)
     model.eval()
     return _finish(model, None, name, "arch", random_weights=True, hub_id=meta.get("hub_id"))
+
+
+def check_arch_fits(name: str, device, dtype: torch.dtype) -> None:
+    """Before an architecture-only shape is built: its weights in `dtype` must fit (modelled)."""
+    need = arch_info(name, dtype_name(dtype)).weight_bytes
+    if not fits(need, device):
+        what = f"the weights of {name} ({dtype_name(dtype)})"
+        check_fits(need, device, what, _what_fits(name, device, dtype))
+
+
+def _what_fits(name: str, device, dtype: torch.dtype) -> str:
+    """A smaller dtype of the same shape, else the shapes that fit in this dtype."""
+    half = arch_info(name, "bfloat16").weight_bytes
+    if dtype.itemsize > 2 and fits(half, device):
+        return f"--dtype bfloat16 ({gib(half)}) fits"
+    names = [m for m in available_models() if m.startswith("arch:") and m != name]
+    ok = [m for m in names if fits(arch_info(m, dtype_name(dtype)).weight_bytes, device)]
+    if not ok:
+        return "no architecture shape fits; try bundled:target"
+    return f"shapes that fit in {dtype_name(dtype)}: {', '.join(ok)}"
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ import html
 import ipywidgets as W
 
 from explorer import plots
-from explorer.app.controls import labelled, tagged
+from explorer.app.controls import button, labelled, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
 
@@ -80,7 +80,16 @@ class CapacityTab(Tab):
         fitted = whatif_defaults()
         self.bw_eff = box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
         self.flop_eff = box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
-        self.run_button, self.compare_button = _run_button(), _compare_button()
+        self.run_button = button(
+            "cap-run", "Run", "play", "primary", "simulate a range of request rates (modelled)"
+        )
+        self.compare_button = button(
+            "cap-compare",
+            "Compare",
+            "balance-scale",
+            tip="simulate that file's workload on this setup; show the error",
+            width=None,
+        )
         self.run_button.on_click(
             lambda _: self.dash.guard.call("the capacity run", self.busy, self.run_button, self.run)
         )
@@ -266,26 +275,3 @@ def _published_html() -> str:
 
 def _abs(v) -> str:
     return "n/a" if v is None else f"{v:.1f}%"
-
-
-def _run_button() -> W.Button:
-    return tagged(
-        W.Button(
-            description="Run",
-            icon="play",
-            button_style="primary",
-            tooltip="simulate a range of request rates (modelled)",
-        ),
-        "cap-run",
-    )
-
-
-def _compare_button() -> W.Button:
-    return tagged(
-        W.Button(
-            description="Compare",
-            icon="balance-scale",
-            tooltip="simulate that file's workload on this setup; show the error",
-        ),
-        "cap-compare",
-    )
