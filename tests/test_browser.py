@@ -192,6 +192,33 @@ def test_culler_spares_pooled_connected_and_just_handed_out_kernels(monkeypatch)
     assert "tab" not in km._ever_connected and "handed-out" not in km._unclaimed_since
 
 
+def test_the_pool_times_a_start_only_when_its_render_ran_to_the_end():
+    import asyncio
+    from collections import deque
+    from types import SimpleNamespace
+
+    seconds: deque = deque(maxlen=5)
+
+    async def run(taken: bool, fails: bool = False) -> None:
+        async def render():
+            if fails:
+                raise RuntimeError("the kernel died")
+
+        async def initialize():
+            renderer = SimpleNamespace(stop_generator=taken)
+            return {"task": asyncio.ensure_future(render()), "renderer": renderer}
+
+        content = await kernel_pool.timed_start(initialize, seconds)()
+        await asyncio.gather(content["task"], return_exceptions=True)
+        await asyncio.sleep(0)  # the done-callbacks run on the next turn of the loop
+
+    asyncio.run(run(taken=False))
+    assert len(seconds) == 1 and seconds[0] >= 0
+    asyncio.run(run(taken=True))  # a visitor took the kernel midway: its page finishes the render
+    asyncio.run(run(taken=False, fails=True))
+    assert len(seconds) == 1
+
+
 def test_capacity_arithmetic_and_line():
     mb = 1024 * 1024
     cap = capacity.capacity_from(
@@ -632,6 +659,62 @@ def test_a_page_whose_kernel_died_says_so(browser, app, page):
         doomed.close(run_before_unload=True)
     finally:
         ctx.close()
+
+
+# A page is waiting for a kernel (our message, cells not yet rendered) for 2 s running: 'waiting';
+# the page got a ready kernel (both cells or the dashboard are there): 'ready'; else not yet known.
+WAITING_OR_READY_JS = """() => {
+    if (document.querySelectorAll('[cell-index]').length >= 2 || document.querySelector('button.ie-step'))
+        return 'ready';
+    const el = document.querySelector('#loading_text.ie-wait');
+    if (!el || !el.textContent.startsWith('Starting a fresh Python kernel')) {
+        window.__ieWaitSince = 0;
+        return false;
+    }
+    window.__ieWaitSince = window.__ieWaitSince || performance.now();
+    return performance.now() - window.__ieWaitSince > 2000 ? 'waiting' : false;
+}"""
+
+
+@pytest.mark.browser
+def test_a_page_waiting_for_a_kernel_says_what_is_happening(context, app):
+    """Tabs are opened until the pool has no ready kernel: the tab that waits says, in our words,
+    what is happening, for how long so far (it counts), and how long a start took on this server."""
+    import urllib.request
+
+    pages = []
+    try:
+        for _ in range(app.pool_size + 2):
+            pages.append(context.new_page())
+            pages[-1].goto(app.url, wait_until="commit", timeout=120000)
+            found = pages[-1].wait_for_function(WAITING_OR_READY_JS, timeout=120000).json_value()
+            if found == "waiting":
+                break
+        assert found == "waiting", f"{len(pages)} tabs opened, none waited for a kernel"
+        page = pages[-1]
+        text = page.inner_text("#loading_text")
+        first = re.search(r"loading the model: (\d+) s so far", text)
+        assert first and "Executing" not in text, text
+        page.wait_for_function(  # the count goes on
+            "(n) => { const m = /: (\\d+) s so far/.exec(document.getElementById('loading_text')"
+            ".textContent); return m && Number(m[1]) > n; }",
+            arg=int(first.group(1)),
+            timeout=10000,
+        )
+        page.wait_for_function(
+            "() => /usually about \\d+ s on this server/.test("
+            "document.getElementById('loading_text').textContent)",
+            timeout=10000,
+        )
+        usual = int(re.search(r"usually about (\d+) s", page.inner_text("#loading_text")).group(1))
+        with urllib.request.urlopen(app.url + "explorer/starts.json", timeout=10) as reply:
+            starts = json.load(reply)["seconds"]
+        assert starts and all(s > 0 for s in starts), starts  # the pool's starts (one at least)
+        assert usual in {round(s) for s in starts}, (usual, starts)
+        print(f"\nwaiting tab: {page.inner_text('#loading_text')!r}; pool starts {starts} s")
+    finally:
+        for p in pages:
+            p.close(run_before_unload=True)
 
 
 # --- shared (classroom) mode ---------------------------------------------------------------------

@@ -5,13 +5,17 @@
 Voila 0.5 leaks a kernel whenever a tab closes (the page's shutdown beacon is refused), so the
 server runs with ExplorerKernelManager: idle kernels with no open tab are culled after
 `cull_idle_timeout` seconds, while pooled kernels, kernels with an open tab, and kernels that were
-handed to a page whose browser has not connected yet (for up to 2 minutes) are kept.
+handed to a page whose browser has not connected yet (for up to 2 minutes) are kept. It also times
+the pool's starts (kernel start + the notebook's render, `start_seconds`): a page that waits for a
+kernel says how long a start takes here (server.py serves them as explorer/starts.json).
 
 The Voila server process loads this file by its path (see server.py): it imports nothing from explorer.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from datetime import datetime, timedelta, timezone
 
 
@@ -53,6 +57,12 @@ def kernel_manager_class():
             super().__init__(**kwargs)
             self._ever_connected: set[str] = set()
             self._unclaimed_since: dict = {}
+            self.start_seconds: deque = deque(maxlen=5)  # the pool's last starts, in seconds
+            # Voila's pool (the subclass that wraps this one) starts and renders a kernel with
+            # _initialize; its constructor fills the pool after this one returns, so it meets the timer
+            initialize = getattr(self, "_initialize", None)
+            if initialize is not None:
+                self._initialize = timed_start(initialize, self.start_seconds)
 
         def notify_connect(self, kernel_id: str) -> None:
             self._ever_connected.add(kernel_id)
@@ -86,6 +96,27 @@ def kernel_manager_class():
 
     _MANAGER_CLASS = ExplorerKernelManager
     return _MANAGER_CLASS
+
+
+def timed_start(initialize, seconds: deque):
+    """Voila's pool `_initialize` (start a kernel, begin rendering the notebook in it), timed: when
+    the render finishes inside the pool, its seconds from the start are appended to `seconds`. A
+    render a visitor took over midway (it then finishes in the page's handler) is not counted."""
+
+    async def timed(*args, **kwargs):
+        t0 = time.monotonic()
+        content = await initialize(*args, **kwargs)
+        task, renderer = content.get("task"), content.get("renderer")
+
+        def done(t) -> None:
+            if not t.cancelled() and t.exception() is None and not renderer.stop_generator:
+                seconds.append(round(time.monotonic() - t0, 1))
+
+        if task is not None and renderer is not None:
+            task.add_done_callback(done)
+        return content
+
+    return timed
 
 
 def _last_activity(kernel) -> datetime | None:
