@@ -94,6 +94,11 @@ def attention_rows(att: dict, head: int | str | None = "mean") -> list[list[floa
     return [layer[h] for layer in att["weights"]]
 
 
+def _short(label: str, most: int = 10) -> str:
+    """A tick label cut to `most` characters (the whole token stays in the hover)."""
+    return label if len(label) <= most else label[: most - 1] + "…"
+
+
 SINK_SHARE = 0.2  # a first token drawing this share of attention or more is called a sink
 
 
@@ -139,7 +144,7 @@ def attention_figure(
     else:
         title = "Show the attention of the newest token"
     if att and att.get("tokens"):  # each column labelled by its token (position in the hover)
-        labels = [f"{show_token(t)}" for t in att["tokens"]]
+        labels = [_short(show_token(t)) for t in att["tokens"]]
         every = max(1, len(labels) // 40)  # at most ~40 labels across the chart
         fig.update_xaxes(
             tickmode="array",
@@ -147,7 +152,8 @@ def attention_figure(
             ticktext=labels[::every],
             tickangle=-60,
         )
-    fig.update_xaxes(title_text="context token (position 0 = first)")
+    # the rotated token labels need the title pushed below them (standoff + automargin)
+    fig.update_xaxes(title=dict(text="context token (position 0 = first)", standoff=14))
     fig.update_yaxes(title_text="layer")
     return _house_style(
         fig, height=height, margin=dict(l=60, r=20, t=60, b=90),

@@ -333,7 +333,7 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
                 y=[r[key] for r in rows],
                 text=text,
                 mode="lines+markers+text",
-                textposition="top center",
+                textposition=_label_positions(x, [r[key] for r in rows]),
                 textfont=dict(size=9),
                 marker=dict(size=9, symbol=symbols, color=ENGINE_COLORS["simulated"]),
                 customdata=[[r["request_rate"], r.get("stability") or ""] for r in rows],
@@ -373,16 +373,40 @@ def _slo_line(fig: go.Figure, col: int, ms: float) -> None:
         y1=ms,
         line=dict(color="black", dash="dash"),
     )
-    fig.add_annotation(
+    fig.add_annotation(  # at the left end: the curve's labels crowd the right end (the knee)
         text=f"SLO {ms:g} ms",
         xref=f"x{axis} domain",
         yref=f"y{axis}",
-        x=1,
+        x=0.01,
         y=math.log10(ms) if ms > 0 else 0,
-        xanchor="right",
+        xanchor="left",
         yanchor="bottom",
         showarrow=False,
     )
+
+
+def _label_positions(xs: list[float], ys: list[float], near: float = 0.05) -> list[str]:
+    """Where each point's label goes: above it, unless the point sits within `near` decades of a
+    neighbour on both (log) axes (the knee, where rates pile up): then beside it, alternately
+    right and left along the run of crowded points, so that neighbouring labels do not overlap."""
+
+    def close(i: int, j: int) -> bool:
+        a, b = (xs[i], ys[i]), (xs[j], ys[j])
+        return (
+            min(*a, *b) > 0
+            and abs(math.log10(a[0] / b[0])) < near
+            and abs(math.log10(a[1] / b[1])) < near
+        )
+
+    out, side = [], 0
+    for i in range(len(xs)):
+        if (i > 0 and close(i, i - 1)) or (i + 1 < len(xs) and close(i, i + 1)):
+            out.append(("middle right", "middle left")[side % 2])
+            side += 1
+        else:
+            out.append("top center")
+            side = 0
+    return out
 
 
 def _capacity_label(row: dict) -> str:
