@@ -60,8 +60,13 @@ def _col(df, name: str, scale: float = 1.0) -> np.ndarray:
 
 def sweep_figure(name: str, *, height: int = 420) -> go.Figure:
     """The empty chart of one sweep: measured lines solid, modelled (roofline bound) lines dotted."""
+    # the legend at the bottom of the figure (container), below the axis titles: placed under
+    # the plot area (y=-0.18) it covered them
     return _house_style(
-        _plot(name).figure(), height=height, legend=dict(orientation="h", x=0, y=-0.18)
+        _plot(name).figure(),
+        height=height,
+        legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
+        margin=dict(l=60, r=20, t=70, b=115),
     )
 
 
