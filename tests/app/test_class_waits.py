@@ -138,6 +138,31 @@ def test_capacity_slo_labels_sit_at_their_value_on_the_log_axis():
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.exponentformat == "SI"
 
 
+def test_labels_that_would_overlap_are_moved_apart():
+    from explorer.plots.serving import _label_positions
+
+    # a capacity curve's knee: the last three rates pile up within a few percent on both axes
+    xs, ys = [1000, 2200, 3300, 4700, 4720, 4710], [10, 13, 17, 46, 49, 52]
+    where = _label_positions(xs, ys)
+    assert where[:3] == ["top center"] * 3
+    assert set(where[3:]) <= {"middle left", "middle right"}
+    assert all(a != b for a, b in zip(where[3:], where[4:]))  # neighbours on opposite sides
+    rows = [
+        dict(output_throughput=x, p99_ttft_ms=10 * y, p99_tpot_ms=y, meets_slos=True,
+             request_rate=float(i), utilization=0.2 * (i + 1))
+        for i, (x, y) in enumerate(zip(xs, ys))
+    ]  # fmt: skip
+    fig = plots.capacity_figure(rows, {"ttft": 500, "tpot": 50})
+    for slo in (a for a in fig.layout.annotations if a.text.startswith("SLO")):
+        assert slo.x < 0.1 and slo.xanchor == "left"  # at the left end, away from the knee
+    att = {
+        "layers": 1, "heads": 1, "positions": [0, 1], "tokens": ["<|endoftext|>", "a"],
+        "weights": [[[0.5, 0.5]]], "mean": [[0.5, 0.5]], "max": [[0.5, 0.5]], "sink": [0.5],
+    }  # fmt: skip
+    fig = plots.attention_figure(att)
+    assert fig.layout.xaxis.title.standoff > 0 and len(fig.layout.xaxis.ticktext[0]) <= 10
+
+
 def test_redraw_removes_what_the_new_figure_lacks():
     import plotly.graph_objects as go
 

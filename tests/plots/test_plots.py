@@ -182,10 +182,13 @@ def test_distribution_cdf_and_the_draw():
     assert np.all(np.diff(cdf) >= 0)
     assert cdf[-1] == pytest.approx(sum(t["final"] for t in step.top))
     assert cols["u"]["y"].tolist() == [step.draw["u"]] * 2
+    # the u label at the line's right end (at its left end it sat on the chosen band)
+    assert cols["u"]["text"][0] == "" and cols["u"]["text"][1].startswith("u = ")
+    assert cols["u"]["textposition"][1].endswith("left")
     assert cols["chosen band"]["y"].tolist() == [step.draw["cdf_lo"], step.draw["cdf_hi"]]
     assert cols["chosen band"]["x"].tolist() == [step.rank_final] * 2
     greedy = plots.distribution_columns(make_step(3, greedy=True))
-    assert "greedy" in greedy["u"]["text"][0]
+    assert "greedy" in greedy["u"]["text"][0] and greedy["u"]["textposition"][0] == "top right"
     forced = plots.distribution_columns(make_step(3, forced=True, greedy=True))
     assert "forced" in forced["u"]["text"][0]
 
