@@ -108,10 +108,16 @@ class SpeculativeTab(Tab):
         return rnd
 
     def run(self, n_tokens: int) -> list:
-        session = self._session()
-        session.set_sampling(self.dash.session.sampling)
-        before = len(session.tokens)
-        rounds = on_engine_thread(session.run, n_tokens) if not session.done else []
+        # seconds of work in one callback: the buttons are off and the status says so meanwhile
+        self.set_busy(True)
+        try:
+            session = self._session()
+            session.set_sampling(self.dash.session.sampling)
+            before = len(session.tokens)
+            self.status.value = f"Running {n_tokens} tokens..."
+            rounds = on_engine_thread(session.run, n_tokens) if not session.done else []
+        finally:
+            self.set_busy(False)
         self._render(rounds)
         emitted = len(session.tokens) - before
         if session.done:  # ended before the tokens asked for: say why

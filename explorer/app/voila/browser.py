@@ -324,13 +324,38 @@ def open_tab(page, title: str) -> None:
     wait_quiet(page, settle_ms=300)
 
 
+# Before a press: watch what the shown tab draws (its charts and HTML outputs) and the message bar;
+# window.__ieTabChanged turns true at the first change, window.__ieTabLast is the time of the last.
+WATCH_TAB_JS = """() => {
+    window.__ieTabChanged = false;
+    window.__ieTabLast = performance.now();
+    const shown = [...document.querySelectorAll(
+        '.ie-tabs .js-plotly-plot, .ie-tabs .widget-html, .ie-message')]
+        .filter(e => e.offsetParent !== null);
+    if (window.__ieTabObs) window.__ieTabObs.disconnect();
+    window.__ieTabObs = new MutationObserver(() => {
+        window.__ieTabChanged = true;
+        window.__ieTabLast = performance.now();
+    });
+    for (const el of shown) window.__ieTabObs.observe(el, {subtree: true, childList: true,
+        characterData: true, attributes: true});
+}"""
+
+
 def press_and_wait(page, part: str, timeout_s: float = 240.0) -> None:
-    """Press button.ie-<part>, then wait until the run it started has finished (Step enabled
-    again: the dashboard turns it off while any run holds the busy flag) and the page is quiet."""
+    """Press button.ie-<part>, then wait until the run it started has shown something (a chart or
+    an output of the shown tab, or the message bar, changed: a run that keeps its buttons enabled
+    may not have begun when they are next read), has finished (Step and the button enabled: the
+    dashboard turns them off while a run holds the busy flag), and the tab has been quiet 500 ms."""
+    page.evaluate(WATCH_TAB_JS)
     page.click(f"button.ie-{part}:not([disabled])", timeout=60000)
-    page.wait_for_timeout(300)
+    page.wait_for_function("() => window.__ieTabChanged", timeout=timeout_s * 1000)
     page.wait_for_selector(STEP_READY, timeout=timeout_s * 1000)
     page.wait_for_selector(f"button.ie-{part}:not([disabled])", timeout=timeout_s * 1000)
+    page.wait_for_function(
+        "() => performance.now() - window.__ieTabLast > 500", timeout=timeout_s * 1000
+    )
+    page.evaluate("() => window.__ieTabObs.disconnect()")
     wait_quiet(page, settle_ms=500)
 
 
