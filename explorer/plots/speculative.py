@@ -28,10 +28,10 @@ OUTCOME_COLORS = {
     "resampled": "#ff7f0e",
     "bonus": "#1f77b4",
 }
-SPEC_ROUNDS_WINDOW = 24
+SPEC_ROUNDS_WINDOW = 12  # rounds shown at once: each row as tall as its 30 px cells (24 overlapped)
 
 
-def rounds_figure(*, height: int = 380) -> go.Figure:
+def rounds_figure(*, height: int = 560) -> go.Figure:
     """Each round as a row: the k drafted tokens marked accepted / rejected / not tested, then the
     token the target added (resampled from the residual after a rejection, or the bonus)."""
     fig = go.Figure(
@@ -44,7 +44,7 @@ def rounds_figure(*, height: int = 380) -> go.Figure:
                 hovertext=[],
                 hoverinfo="text",
                 mode="markers+text",
-                marker=dict(symbol="square", size=34, color=color),
+                marker=dict(symbol="square", size=30, color=color),
                 textfont=dict(size=11),
                 textposition="middle center",
             )
