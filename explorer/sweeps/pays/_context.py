@@ -123,7 +123,9 @@ class Context:
 
     def calibration(self, lm: LoadedModel | None = None) -> calibrate.Calibration:
         """The calibration in use for this model, device and dtype; else one fitted here on a few
-        measured passes (CAL_BATCHES x CAL_CONTEXTS decode steps and a CAL_PREFILL-token prefill)."""
+        measured passes (CAL_BATCHES x CAL_CONTEXTS decode steps and a CAL_PREFILL-token prefill)
+        and the measured overhead floor (explorer.costs.overhead: a skeleton's pass, taken as
+        bytes = FLOPs = 0), which keeps the fit from calling a tiny model's overhead bytes."""
         lm = lm or self.lm
         name = lm.info.name
         if name not in self._cals:
@@ -185,6 +187,10 @@ class Context:
                     "bound_s": bound_s,
                 }
             )
+        points.append(  # the overhead floor: a pass of the model's skeleton, bytes and FLOPs ~ 0
+            {**points[0], "batch": 1, "context_len": 2, "latency_s": self.floor_s(lm)}
+            | {"bytes": 0.0, "flops": 0.0, "bound_s": 0.0}
+        )
         return calibrate.fit(
             points,
             device=str(lm.device),
