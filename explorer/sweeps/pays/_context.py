@@ -214,21 +214,23 @@ def one_pass(
     use_cache: bool = True,
     seed: int = 0,
     cache=None,
+    fn=None,
 ) -> Callable[[], object]:
     """A repeatable pass feeding `fed` seeded tokens per row onto `context - fed` cached ones
     (use_cache=False: the whole `context` tokens with no cache). `cache`: another cache object
-    (e.g. a StaticCache) to prefill and crop back after every call."""
+    (e.g. a StaticCache) to prefill and crop back after every call; fn: a compiled forward to
+    call instead of the model for the timed pass."""
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, lm.info.vocab_size, (batch, context), generator=gen).to(lm.device)
     if not use_cache:
-        return lambda: forward(lm.model, ids, None, last_only=True)  # [B, L] every call
+        return lambda: forward(lm.model, ids, None, last_only=True, fn=fn)  # [B, L] every call
     cache = DynamicCache() if cache is None else cache
     past = context - fed
     if past:
         forward(lm.model, ids[:, :past], cache, last_only=True)
 
     def run():
-        out = forward(lm.model, ids[:, past:], cache, last_only=True)  # [B, fed]
+        out = forward(lm.model, ids[:, past:], cache, last_only=True, fn=fn)  # [B, fed]
         crop_cache(cache, past)
         return out
 
