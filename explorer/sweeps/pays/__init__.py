@@ -193,21 +193,26 @@ def _join(values) -> str:
 
 
 def crossings(values: Sequence, speedups: Sequence) -> list[float]:
-    """Every axis value where the speedup crosses 1, linearly interpolated between neighbouring
-    points (in axis order; points without a number are left out; a point exactly at 1 is one)."""
+    """Every axis value where the speedup crosses 1 (its side of 1 changes), in axis order:
+    linearly interpolated between the neighbouring points on either side, or the first point
+    exactly at 1 between them. Touching 1 without changing side, or starting or ending at 1, is
+    no crossing. Points without a number (skipped rows, a non-numeric axis) are left out."""
     pts = sorted(
         (float(v), float(s))
         for v, s in zip(values, speedups, strict=True)
-        if isinstance(v, (int, float)) and s is not None and s == s
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and s is not None and s == s
     )
     out: list[float] = []
-    for (x0, s0), (x1, s1) in zip(pts, pts[1:], strict=False):
-        if s0 == 1 and (not out or out[-1] != x0):
-            out.append(x0)
-        elif (s0 - 1) * (s1 - 1) < 0:
-            out.append(x0 + (1 - s0) * (x1 - x0) / (s1 - s0))
-    if pts and pts[-1][1] == 1 and (not out or out[-1] != pts[-1][0]):
-        out.append(pts[-1][0])
+    last = None  # (x, s) of the last point off 1
+    at_one: list[float] = []  # points exactly at 1 since then
+    for x, sp in pts:
+        if sp == 1:
+            at_one.append(x)
+            continue
+        if last is not None and (last[1] - 1) * (sp - 1) < 0:
+            x0, s0 = last
+            out.append(at_one[0] if at_one else x0 + (1 - s0) * (x - x0) / (sp - s0))
+        last, at_one = (x, sp), []
     return out
 
 
