@@ -246,10 +246,15 @@ def run(
     bar: bool = True,
     seed: int = 0,
     stop: threading.Event | None = None,
+    peaks=None,
+    calibration=None,
     **options,
 ) -> pd.DataFrame:
     """The trick against its baseline at each value of `over` (its first axis by default).
-    options go to the trick's setup as ctx.options (e.g. draft=LoadedModel for speculative)."""
+    peaks: the Peaks the split uses (default: measured for the model's device and dtype);
+    calibration: the Calibration every prediction uses (default: the one in use for each model,
+    else one fitted here). options go to the trick's setup as ctx.options (e.g. draft=LoadedModel
+    for speculative, new_tokens=, k=, batch=, prefix=, cache_len=)."""
     t = get_trick(trick)
     axis = t.axis(over)
     values = axis.parse(values if values is not None else axis.default)
@@ -258,6 +263,7 @@ def run(
         raise ValueError(f"--repeats must be a whole number >= 1, got {repeats!r}")
     notes: list[str] = []
     ctx = Context(lm, axis.name, values, repeats, warmup, notes, {}, seed, options)
+    ctx.preset(peaks, calibration)
     progress_bar = Bar(len(values) * repeats, f"pays {t.name}", progress, bar)
     ctx.tick = progress_bar.update
     try:
@@ -278,8 +284,8 @@ def run(
 
 
 def _row(trick: Trick, axis: Axis, value, got: dict) -> dict:
-    row = {"trick": trick.name, "axis": axis.name, "value": value, "skipped": None}
-    row.update({k: got.get(k) for k in ROW_KEYS if k in got})
+    row = dict.fromkeys(ROW_KEYS) | {"trick": trick.name, "axis": axis.name, "value": value}
+    row.update({k: got[k] for k in ROW_KEYS if k in got})
     base, fast = row.get("baseline_s"), row.get("trick_s")
     row["speedup"] = base / fast if base and fast else None
     return row

@@ -43,6 +43,14 @@ class Context:
     _peaks: dict = field(default_factory=dict)
     _floors: dict = field(default_factory=dict)
     _cals: dict = field(default_factory=dict)
+    _fixed_cal: calibrate.Calibration | None = None
+
+    def preset(self, peaks=None, calibration=None) -> None:
+        """Peaks for ctx.lm's device and dtype, and one calibration for every model (else each is
+        measured or fitted when first asked for)."""
+        if peaks is not None:
+            self._peaks[(str(self.lm.device), self.lm.info.dtype)] = peaks
+        self._fixed_cal = calibration
 
     # --- timing ----------------------------------------------------------------------------------
 
@@ -128,6 +136,8 @@ class Context:
         bytes = FLOPs = 0), which keeps the fit from calling a tiny model's overhead bytes."""
         lm = lm or self.lm
         name = lm.info.name
+        if self._fixed_cal is not None:
+            self._cals[name] = self._fixed_cal
         if name not in self._cals:
             cal = calibrate.active(name, str(lm.device), lm.info.dtype)
             self._cals[name] = cal or self._fit(lm)
