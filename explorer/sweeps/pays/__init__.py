@@ -193,21 +193,26 @@ def _join(values) -> str:
 
 
 def crossings(values: Sequence, speedups: Sequence) -> list[float]:
-    """Every axis value where the speedup crosses 1, linearly interpolated between neighbouring
-    points (in axis order; points without a number are left out; a point exactly at 1 is one)."""
+    """Every axis value where the speedup crosses 1 (its side of 1 changes), in axis order:
+    linearly interpolated between the neighbouring points on either side, or the first point
+    exactly at 1 between them. Touching 1 without changing side, or starting or ending at 1, is
+    no crossing. Points without a number (skipped rows, a non-numeric axis) are left out."""
     pts = sorted(
         (float(v), float(s))
         for v, s in zip(values, speedups, strict=True)
-        if isinstance(v, (int, float)) and s is not None and s == s
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and s is not None and s == s
     )
     out: list[float] = []
-    for (x0, s0), (x1, s1) in zip(pts, pts[1:], strict=False):
-        if s0 == 1 and (not out or out[-1] != x0):
-            out.append(x0)
-        elif (s0 - 1) * (s1 - 1) < 0:
-            out.append(x0 + (1 - s0) * (x1 - x0) / (s1 - s0))
-    if pts and pts[-1][1] == 1 and (not out or out[-1] != pts[-1][0]):
-        out.append(pts[-1][0])
+    last = None  # (x, s) of the last point off 1
+    at_one: list[float] = []  # points exactly at 1 since then
+    for x, sp in pts:
+        if sp == 1:
+            at_one.append(x)
+            continue
+        if last is not None and (last[1] - 1) * (sp - 1) < 0:
+            x0, s0 = last
+            out.append(at_one[0] if at_one else x0 + (1 - s0) * (x - x0) / (sp - s0))
+        last, at_one = (x, sp), []
     return out
 
 
@@ -241,10 +246,15 @@ def run(
     bar: bool = True,
     seed: int = 0,
     stop: threading.Event | None = None,
+    peaks=None,
+    calibration=None,
     **options,
 ) -> pd.DataFrame:
     """The trick against its baseline at each value of `over` (its first axis by default).
-    options go to the trick's setup as ctx.options (e.g. draft=LoadedModel for speculative)."""
+    peaks: the Peaks the split uses (default: measured for the model's device and dtype);
+    calibration: the Calibration every prediction uses (default: the one in use for each model,
+    else one fitted here). options go to the trick's setup as ctx.options (e.g. draft=LoadedModel
+    for speculative, new_tokens=, k=, batch=, prefix=, cache_len=)."""
     t = get_trick(trick)
     axis = t.axis(over)
     values = axis.parse(values if values is not None else axis.default)
@@ -253,6 +263,7 @@ def run(
         raise ValueError(f"--repeats must be a whole number >= 1, got {repeats!r}")
     notes: list[str] = []
     ctx = Context(lm, axis.name, values, repeats, warmup, notes, {}, seed, options)
+    ctx.preset(peaks, calibration)
     progress_bar = Bar(len(values) * repeats, f"pays {t.name}", progress, bar)
     ctx.tick = progress_bar.update
     try:
@@ -273,8 +284,8 @@ def run(
 
 
 def _row(trick: Trick, axis: Axis, value, got: dict) -> dict:
-    row = {"trick": trick.name, "axis": axis.name, "value": value, "skipped": None}
-    row.update({k: got.get(k) for k in ROW_KEYS if k in got})
+    row = dict.fromkeys(ROW_KEYS) | {"trick": trick.name, "axis": axis.name, "value": value}
+    row.update({k: got[k] for k in ROW_KEYS if k in got})
     base, fast = row.get("baseline_s"), row.get("trick_s")
     row["speedup"] = base / fast if base and fast else None
     return row

@@ -43,6 +43,14 @@ class Context:
     _peaks: dict = field(default_factory=dict)
     _floors: dict = field(default_factory=dict)
     _cals: dict = field(default_factory=dict)
+    _fixed_cal: calibrate.Calibration | None = None
+
+    def preset(self, peaks=None, calibration=None) -> None:
+        """Peaks for ctx.lm's device and dtype, and one calibration for every model (else each is
+        measured or fitted when first asked for)."""
+        if peaks is not None:
+            self._peaks[(str(self.lm.device), self.lm.info.dtype)] = peaks
+        self._fixed_cal = calibration
 
     # --- timing ----------------------------------------------------------------------------------
 
@@ -128,6 +136,8 @@ class Context:
         bytes = FLOPs = 0), which keeps the fit from calling a tiny model's overhead bytes."""
         lm = lm or self.lm
         name = lm.info.name
+        if self._fixed_cal is not None:
+            self._cals[name] = self._fixed_cal
         if name not in self._cals:
             cal = calibrate.active(name, str(lm.device), lm.info.dtype)
             self._cals[name] = cal or self._fit(lm)
@@ -214,21 +224,23 @@ def one_pass(
     use_cache: bool = True,
     seed: int = 0,
     cache=None,
+    fn=None,
 ) -> Callable[[], object]:
     """A repeatable pass feeding `fed` seeded tokens per row onto `context - fed` cached ones
     (use_cache=False: the whole `context` tokens with no cache). `cache`: another cache object
-    (e.g. a StaticCache) to prefill and crop back after every call."""
+    (e.g. a StaticCache) to prefill and crop back after every call; fn: a compiled forward to
+    call instead of the model for the timed pass."""
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, lm.info.vocab_size, (batch, context), generator=gen).to(lm.device)
     if not use_cache:
-        return lambda: forward(lm.model, ids, None, last_only=True)  # [B, L] every call
+        return lambda: forward(lm.model, ids, None, last_only=True, fn=fn)  # [B, L] every call
     cache = DynamicCache() if cache is None else cache
     past = context - fed
     if past:
         forward(lm.model, ids[:, :past], cache, last_only=True)
 
     def run():
-        out = forward(lm.model, ids[:, past:], cache, last_only=True)  # [B, fed]
+        out = forward(lm.model, ids[:, past:], cache, last_only=True, fn=fn)  # [B, fed]
         crop_cache(cache, past)
         return out
 
