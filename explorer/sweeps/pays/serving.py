@@ -117,11 +117,11 @@ def setup_continuous(ctx: Context):
         "continuous": {"max_requests_per_batch": batch},
     }
     ctx.attrs.update(max_batch=batch, engines_knobs=knobs, metric="mean_e2el_ms")
-    profile = Workload(num_prompts=8, input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=99,
+    profile = Workload(num_prompts=6, input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=99,
                        output_dist="lognormal", output_spread=0.8).requests(ctx.lm)  # fmt: skip
     steps = {}
     for engine, kn in knobs.items():
-        _run(ctx, profile[:2], engine, kn)  # warm-up, discarded
+        _run(ctx, profile[:1], engine, kn)  # warm-up, discarded
         steps[engine] = _fit_steps(ctx, [_run(ctx, profile, engine, kn)])
     ctx.notes.append(
         "predicted_speedup: the serving simulator's static and continuous policies on the same "
