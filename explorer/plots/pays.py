@@ -72,9 +72,14 @@ def _unstable(row: dict) -> bool:
     marked unsteady: its speedup is not a steady-state figure, or not there at all."""
     return (
         row.get("steady") is False
-        or bool(row.get("skipped"))
+        or bool(_said(row.get("skipped")))
         or _num(row["speedup"]) != _num(row["speedup"])
     )
+
+
+def _said(value) -> str:
+    """A text field of a row ("" for None, or NaN as pandas fills a missing text)."""
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def _positions(rows: list[dict], kind: str) -> list[float]:
@@ -105,7 +110,7 @@ def regions(df) -> list[dict]:
     edges = _edges(_positions(rows, kind), kind)
     out: list[dict] = []
     for i, r in enumerate(rows):
-        reg = r.get("regime") or None
+        reg = _said(r.get("regime")) or None
         if out and out[-1]["regime"] == reg:
             out[-1].update(x1=edges[i + 1], last=r["value"], rows=out[-1]["rows"] + [r])
         else:
@@ -115,7 +120,7 @@ def regions(df) -> list[dict]:
             )  # fmt: skip
     for reg in out:
         members = reg.pop("rows")
-        reg["why"] = str(members[len(members) // 2].get("why") or "")
+        reg["why"] = _said(members[len(members) // 2].get("why"))
     return out
 
 
@@ -174,7 +179,7 @@ def _pays_columns(df) -> dict[str, dict[str, Any]]:
         "unstable or not run (not averaged)": {
             "x": xs[bad] if len(bad) else xs[:0],
             "y": np.ones(len(bad)),
-            "hovertext": _objs(str(rows[i].get("why") or "") for i in bad),
+            "hovertext": _objs(_said(rows[i].get("why")) for i in bad),
         },
     }
     for name, key in (("measured", "crossover_measured"), ("predicted", "crossover_predicted")):
@@ -382,7 +387,7 @@ def pays_atlas(frames, *, clip: float = 4.0) -> go.Figure:
                 z=[z],
                 text=[[_cell_text(r) for r in rows]],
                 texttemplate="%{text}",
-                hovertext=[[str(r.get("why") or "") for r in rows]],
+                hovertext=[[_said(r.get("why")) for r in rows]],
                 hoverinfo="text",
                 coloraxis="coloraxis",
                 xgap=2,
@@ -411,7 +416,7 @@ def pays_atlas(frames, *, clip: float = 4.0) -> go.Figure:
 
 
 def _cell_text(row: dict) -> str:
-    s, skipped = _num(row["speedup"]), str(row.get("skipped") or "")
+    s, skipped = _num(row["speedup"]), _said(row.get("skipped"))
     if row.get("steady") is False or skipped.startswith("unstable"):
         return "unstable"
     if skipped or s != s:
