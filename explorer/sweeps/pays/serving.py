@@ -31,7 +31,7 @@ from explorer.costs.parts import shape_of
 from explorer.costs.tricks import ratio
 from explorer.serving import Workload, serve
 from explorer.serving.simulate import simulate
-from explorer.serving.simulate.steptime import StepModel, fit
+from explorer.serving.simulate.steptime import StepModel, busy_gap, fit, startup_delay
 from explorer.sweeps._common import StopSweep
 from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, register_trick
 from explorer.sweeps.pays._why import ms, regime_phrase
@@ -55,9 +55,13 @@ def _run(ctx: Context, requests, engine: str, knobs: dict):
 
 
 def _fit_steps(ctx: Context, runs) -> StepModel:
-    """A step-time model (STEP_RULE) fitted on the measured iterations of some runs."""
+    """A step-time model (STEP_RULE) fitted on the measured iterations of some runs, with their
+    measured idle gap between iterations and engine start (as explorer.serving.simulate.profile)."""
     points = [{"passes": i.passes, "seconds": i.seconds} for r in runs for i in r.iterations]
-    return fit(shape_of(ctx.lm.info), points, key={"engine": "pays setup"})
+    model = fit(shape_of(ctx.lm.info), points, key={"engine": "pays setup"})
+    model.gap_s = busy_gap([i for r in runs for i in r.iterations])
+    model.startup_s = startup_delay(runs)
+    return model
 
 
 def _median(values) -> float | None:
