@@ -33,6 +33,7 @@ PAYS_COLOR, COSTS_COLOR = "#2ca02c", "#d62728"
 _SPEEDUP_TICKS = [m * 10.0**e for e in range(-3, 4) for m in (1, 2, 5)]  # 1-2-5 on a log axis
 _BAND_Y = 0.965  # where the regions' labels sit, as a share of the plot's height
 _LINE_PX = 17  # one why line under the plot
+WHY_WIDTH = 150  # characters per line of the why block (an annotation does not wrap by itself)
 
 
 # --- reading a pays frame ------------------------------------------------------------------------
@@ -322,28 +323,42 @@ def pays_chart(df, *, height: int = 440) -> go.Figure:
     the registered chart, its axis named, the speedup range fitted, and the why lines under it."""
     from explorer.plots.sweeps import sweep_figure
 
-    lines = pays_why_lines(df)
-    fig = sweep_figure("pays", height=height + _LINE_PX * len(lines))
+    blocks = [wrap(line) for line in pays_why_lines(df)]  # one block (1+ lines) per region
+    rows_of = [b.count("<br>") + 1 for b in blocks]
+    fig = sweep_figure("pays", height=height + _LINE_PX * sum(rows_of))
     replace(fig, _pays_columns(df))
     extras = _pays_shapes(df)
     kind = x_kind([r["value"] for r in _rows(df)])
+    below = [48 + _LINE_PX * sum(rows_of[:i]) for i in range(len(blocks))]  # px under the plot
     fig.update_layout(
         shapes=extras["shapes"],
         title_text=extras["title.text"],
         xaxis=dict(title_text=_axis_name(df) or "setting", type=kind),
         yaxis_range=_speedup_range(df),
-        margin=dict(b=60 + _LINE_PX * len(lines)),
+        margin=dict(b=60 + _LINE_PX * sum(rows_of)),
         legend=dict(orientation="v", x=1.02, y=1, xanchor="left", yanchor="top"),
         annotations=[
             dict(xref="paper", yref="paper", x=0, y=0, xanchor="left", yanchor="top",
-                 yshift=-48 - _LINE_PX * i, showarrow=False, align="left", text=line,
+                 yshift=-px, showarrow=False, align="left", text=block,
                  font=dict(size=11, color=REGIME_COLORS.get(reg["regime"], "#333")))
-            for i, (line, reg) in enumerate(zip(lines, regions(df)))
+            for block, px, reg in zip(blocks, below, regions(df))
         ],
     )  # fmt: skip
     if kind == "log":
         fig.update_xaxes(dtick="D2", exponentformat="SI")
     return fig
+
+
+def wrap(line: str, width: int = WHY_WIDTH) -> str:
+    """A why line broken (<br>) at spaces into lines of at most `width` characters."""
+    out, current = [], ""
+    for word in line.split(" "):
+        if current and len(current) + 1 + len(word) > width:
+            out.append(current)
+            current = "    " + word  # continuation lines indented
+        else:
+            current = f"{current} {word}" if current else word
+    return "<br>".join([*out, current])
 
 
 def _speedup_range(df) -> list[float]:
