@@ -185,6 +185,21 @@ def get_trick(name: str) -> Trick:
     return _TRICKS[name]
 
 
+def figures(
+    baseline_s: float, trick_s: float, predicted: float | None, regime: str, why: str,
+    how: str = MEASURED,
+) -> dict:  # fmt: skip
+    """A point's figures, as a trick's point() returns them."""
+    return {
+        "baseline_s": baseline_s,
+        "trick_s": trick_s,
+        "predicted_speedup": predicted,
+        "regime": regime,
+        "how": how,
+        "why": why,
+    }
+
+
 def _join(values) -> str:
     return ",".join(str(v) for v in values)
 
@@ -301,6 +316,10 @@ def _attrs(ctx: Context, trick: Trick, rows: list[dict], partial: bool) -> dict:
                 f"the {what} speedup crosses 1 {len(found)} times (at {_join(f'{x:g}' for x in found)}); "
                 f"crossover_{what} is the first"
             )
+    ctx.notes.append(
+        f"speedup crosses 1 at {ctx.axis} = {_at(measured)} (measured), {_at(predicted)} "
+        "(predicted)"
+    )
     out = attrs(
         "pays",
         ctx.lm,
@@ -325,6 +344,10 @@ def _attrs(ctx: Context, trick: Trick, rows: list[dict], partial: bool) -> dict:
     )
     out["columns"] = dict(DESCRIPTIONS)
     return out
+
+
+def _at(found: list[float]) -> str:
+    return f"{found[0]:.3g}" if found else "none in range"
 
 
 def _discover() -> None:
@@ -382,6 +405,7 @@ __all__ = [
     "Trick",
     "crossings",
     "crossover",
+    "figures",
     "get_trick",
     "names",
     "register_trick",
