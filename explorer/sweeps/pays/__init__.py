@@ -128,9 +128,21 @@ class Axis:
             raise ValueError(f"--values: give at least one value, e.g. {_join(self.default)}")
         return out if self.kind == "names" else sorted(set(out))
 
+    def limit(self, info) -> float | None:
+        return self.high(info) if callable(self.high) else None
+
+    def fitting(self, values: list, info, notes: list[str]) -> list:
+        """The values within the model's limit; a note names those left out."""
+        high = self.limit(info)
+        keep = [v for v in values if high is None or v <= high]
+        if len(keep) < len(values):
+            left = _join(v for v in values if v not in keep)
+            notes.append(f"default {self.name} values {left} left out: {info.name} allows {high}")
+        return keep or [high]
+
     def check_model(self, values: list, info) -> None:
         """Values against the loaded model (e.g. a prompt longer than its positions)."""
-        high = self.high(info) if callable(self.high) else None
+        high = self.limit(info)
         bad = [v for v in values if high is not None and v > high]
         if bad:
             raise ValueError(
@@ -272,11 +284,13 @@ def run(
     for speculative, new_tokens=, k=, batch=, prefix=, cache_len=)."""
     t = get_trick(trick)
     axis = t.axis(over)
-    values = axis.parse(values if values is not None else axis.default)
+    notes: list[str] = []
+    if values is None:  # the trick's defaults, less those beyond this model
+        values = axis.fitting(axis.parse(axis.default), lm.info, notes)
+    values = axis.parse(values)
     axis.check_model(values, lm.info)
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"--repeats must be a whole number >= 1, got {repeats!r}")
-    notes: list[str] = []
     ctx = Context(lm, axis.name, values, repeats, warmup, notes, {}, seed, options)
     ctx.preset(peaks, calibration)
     progress_bar = Bar(len(values) * repeats, f"pays {t.name}", progress, bar)
