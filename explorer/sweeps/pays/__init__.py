@@ -16,13 +16,13 @@ in range), the calibration the predictions used, and whatever the trick adds.
 
 How another module registers a trick (a module in this package is imported on discovery):
 
-    from explorer.sweeps.pays import Axis, Context, Trick, register_trick
+    from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, figures, register_trick
 
     def setup(ctx: Context):                      # once per sweep, before the first point
         ...                                       # load what it needs; ctx.lm is the --model
         def point(value) -> dict:                 # one row's figures at ctx.axis = value
-            return {"baseline_s": ..., "trick_s": ..., "predicted_speedup": ...,
-                    "regime": ctx.split(...)["regime"], "how": MEASURED, "why": "..."}
+            return figures(baseline_s, trick_s, predicted_speedup,
+                           ctx.split(...)["regime"], why, how=MEASURED)  # or MODELLED
         return point                              # raise StopSweep to end early with a note
 
     register_trick(Trick(
@@ -33,7 +33,11 @@ A point may return {"skipped": "why"} (and None for the figures): that row says 
 goes on. ctx.tick() after each timed repeat moves the progress bar; ctx.repeats and ctx.warmup
 say how many; ctx.notes and ctx.attrs take the trick's notes and attrs. ctx.split(latency_s,
 batch=, tokens_fed=, context_len=) is the speed-of-light split of a measured pass (regime, floors,
-overhead); ctx.predict(batch=, tokens_fed=, context_len=) its calibrated latency.
+overhead); ctx.predict(batch=, tokens_fed=, context_len=) its calibrated latency;
+ctx.time_pair(base, fast) times two callables alternately; ctx.options holds run()'s extra
+keywords. Axis kinds: "ints", "floats", "names" (e.g. model names: no crossover); high may be a
+function of the ModelInfo (checked once the model is loaded). Values a user types reach the trick
+parsed and sorted (names keep their order).
 """
 
 from __future__ import annotations
