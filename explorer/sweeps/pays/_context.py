@@ -137,7 +137,8 @@ class Context:
             if cal is None:
                 self.notes.append(
                     f"{name}: no calibration in use; fitted one here on "
-                    f"{self._cals[name].n_train} measured passes ({self._cals[name].summary()})"
+                    f"{self._cals[name].n_train} measured passes, the overhead floor included "
+                    f"({self._cals[name].summary().split(';')[0]})"
                 )
         return self._cals[name]
 
