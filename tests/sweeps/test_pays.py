@@ -185,3 +185,12 @@ def test_the_cli_says_one_line(capsys):
     assert main(["sweep", "pays", "--trick", "compile", "--over", "length"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "sweeps model, batch" in err
+
+
+def test_default_values_beyond_the_model_are_left_out_with_a_note(target):
+    axis = pays.get_trick("int8").axis("prefill")
+    notes = []
+    kept = axis.fitting(list(axis.default), target.info, notes)
+    limit = target.info.max_positions - 16
+    assert kept == [v for v in axis.default if v <= limit]
+    assert len(kept) < len(axis.default) and f"allows {limit}" in notes[0]

@@ -16,13 +16,13 @@ in range), the calibration the predictions used, and whatever the trick adds.
 
 How another module registers a trick (a module in this package is imported on discovery):
 
-    from explorer.sweeps.pays import Axis, Context, Trick, register_trick
+    from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, figures, register_trick
 
     def setup(ctx: Context):                      # once per sweep, before the first point
         ...                                       # load what it needs; ctx.lm is the --model
         def point(value) -> dict:                 # one row's figures at ctx.axis = value
-            return {"baseline_s": ..., "trick_s": ..., "predicted_speedup": ...,
-                    "regime": ctx.split(...)["regime"], "how": MEASURED, "why": "..."}
+            return figures(baseline_s, trick_s, predicted_speedup,
+                           ctx.split(...)["regime"], why, how=MEASURED)  # or MODELLED
         return point                              # raise StopSweep to end early with a note
 
     register_trick(Trick(
@@ -33,7 +33,11 @@ A point may return {"skipped": "why"} (and None for the figures): that row says 
 goes on. ctx.tick() after each timed repeat moves the progress bar; ctx.repeats and ctx.warmup
 say how many; ctx.notes and ctx.attrs take the trick's notes and attrs. ctx.split(latency_s,
 batch=, tokens_fed=, context_len=) is the speed-of-light split of a measured pass (regime, floors,
-overhead); ctx.predict(batch=, tokens_fed=, context_len=) its calibrated latency.
+overhead); ctx.predict(batch=, tokens_fed=, context_len=) its calibrated latency;
+ctx.time_pair(base, fast) times two callables alternately; ctx.options holds run()'s extra
+keywords. Axis kinds: "ints", "floats", "names" (e.g. model names: no crossover); high may be a
+function of the ModelInfo (checked once the model is loaded). Values a user types reach the trick
+parsed and sorted (names keep their order).
 """
 
 from __future__ import annotations
@@ -128,9 +132,21 @@ class Axis:
             raise ValueError(f"--values: give at least one value, e.g. {_join(self.default)}")
         return out if self.kind == "names" else sorted(set(out))
 
+    def limit(self, info) -> float | None:
+        return self.high(info) if callable(self.high) else None
+
+    def fitting(self, values: list, info, notes: list[str]) -> list:
+        """The values within the model's limit; a note names those left out."""
+        high = self.limit(info)
+        keep = [v for v in values if high is None or v <= high]
+        if len(keep) < len(values):
+            left = _join(v for v in values if v not in keep)
+            notes.append(f"default {self.name} values {left} left out: {info.name} allows {high}")
+        return keep or [high]
+
     def check_model(self, values: list, info) -> None:
         """Values against the loaded model (e.g. a prompt longer than its positions)."""
-        high = self.high(info) if callable(self.high) else None
+        high = self.limit(info)
         bad = [v for v in values if high is not None and v > high]
         if bad:
             raise ValueError(
@@ -183,6 +199,21 @@ def get_trick(name: str) -> Trick:
     if name not in _TRICKS:
         raise ValueError(f"--trick: unknown trick {name!r}; the tricks are {', '.join(names())}")
     return _TRICKS[name]
+
+
+def figures(
+    baseline_s: float, trick_s: float, predicted: float | None, regime: str, why: str,
+    how: str = MEASURED,
+) -> dict:  # fmt: skip
+    """A point's figures, as a trick's point() returns them."""
+    return {
+        "baseline_s": baseline_s,
+        "trick_s": trick_s,
+        "predicted_speedup": predicted,
+        "regime": regime,
+        "how": how,
+        "why": why,
+    }
 
 
 def _join(values) -> str:
@@ -257,11 +288,13 @@ def run(
     for speculative, new_tokens=, k=, batch=, prefix=, cache_len=)."""
     t = get_trick(trick)
     axis = t.axis(over)
-    values = axis.parse(values if values is not None else axis.default)
+    notes: list[str] = []
+    if values is None:  # the trick's defaults, less those beyond this model
+        values = axis.fitting(axis.parse(axis.default), lm.info, notes)
+    values = axis.parse(values)
     axis.check_model(values, lm.info)
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"--repeats must be a whole number >= 1, got {repeats!r}")
-    notes: list[str] = []
     ctx = Context(lm, axis.name, values, repeats, warmup, notes, {}, seed, options)
     ctx.preset(peaks, calibration)
     progress_bar = Bar(len(values) * repeats, f"pays {t.name}", progress, bar)
@@ -301,6 +334,10 @@ def _attrs(ctx: Context, trick: Trick, rows: list[dict], partial: bool) -> dict:
                 f"the {what} speedup crosses 1 {len(found)} times (at {_join(f'{x:g}' for x in found)}); "
                 f"crossover_{what} is the first"
             )
+    ctx.notes.append(
+        f"speedup crosses 1 at {ctx.axis} = {_at(measured)} (measured), {_at(predicted)} "
+        "(predicted)"
+    )
     out = attrs(
         "pays",
         ctx.lm,
@@ -325,6 +362,10 @@ def _attrs(ctx: Context, trick: Trick, rows: list[dict], partial: bool) -> dict:
     )
     out["columns"] = dict(DESCRIPTIONS)
     return out
+
+
+def _at(found: list[float]) -> str:
+    return f"{found[0]:.3g}" if found else "none in range"
 
 
 def _discover() -> None:
@@ -382,6 +423,7 @@ __all__ = [
     "Trick",
     "crossings",
     "crossover",
+    "figures",
     "get_trick",
     "names",
     "register_trick",

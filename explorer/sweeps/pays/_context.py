@@ -118,14 +118,7 @@ class Context:
         """The split of a measured pass (explorer.costs.split): regime, floors, overhead_s, ...,
         plus its flops and bytes by part."""
         lm = lm or self.lm
-        cost = costs.forward_cost(
-            lm.info,
-            batch=batch,
-            tokens_fed=tokens_fed,
-            context_len=context_len,
-            use_cache=use_cache,
-            logits_positions=1,
-        )
+        cost = self.cost(lm, batch, tokens_fed, context_len, use_cache)
         out = split(cost.total_flops, cost.bytes, latency_s, self.peaks(lm), self.floor_s(lm))
         return {**out, "flops": cost.total_flops, "bytes": cost.bytes}
 
@@ -144,12 +137,26 @@ class Context:
             if cal is None:
                 self.notes.append(
                     f"{name}: no calibration in use; fitted one here on "
-                    f"{self._cals[name].n_train} measured passes ({self._cals[name].summary()})"
+                    f"{self._cals[name].n_train} measured passes, the overhead floor included "
+                    f"({self._cals[name].summary().split(';')[0]})"
                 )
         return self._cals[name]
 
     def calibration_dict(self) -> dict | None:
         return {n: c.to_dict() for n, c in self._cals.items()} or None
+
+    def cost(
+        self, lm: LoadedModel, batch: int, tokens_fed: int, context_len: int, use_cache=True
+    ) -> costs.ForwardCost:
+        """The cost model's FLOPs and bytes of one pass (last position's logits only)."""
+        return costs.forward_cost(
+            lm.info,
+            batch=batch,
+            tokens_fed=tokens_fed,
+            context_len=context_len,
+            use_cache=use_cache,
+            logits_positions=1,
+        )
 
     def predict(
         self,
@@ -158,20 +165,14 @@ class Context:
         tokens_fed: int,
         context_len: int,
         use_cache: bool = True,
+        extra_bytes: float = 0.0,
         lm: LoadedModel | None = None,
     ) -> float:
-        """The calibrated latency of one pass (last position's logits only)."""
+        """The calibrated latency of one pass, plus extra_bytes moved (e.g. a cache copy)."""
         lm = lm or self.lm
-        cost = costs.forward_cost(
-            lm.info,
-            batch=batch,
-            tokens_fed=tokens_fed,
-            context_len=context_len,
-            use_cache=use_cache,
-            logits_positions=1,
-        )
+        cost = self.cost(lm, batch, tokens_fed, context_len, use_cache)
         return self.calibration(lm).predict(
-            bytes=cost.bound_bytes, flops=cost.total_flops, layers=lm.info.layers
+            bytes=cost.bound_bytes + extra_bytes, flops=cost.total_flops, layers=lm.info.layers
         )
 
     def _fit(self, lm: LoadedModel) -> calibrate.Calibration:
@@ -181,9 +182,7 @@ class Context:
         points = []
         for batch, fed, context in shapes:
             latency = self._time_pass(lm, batch, fed, context)
-            cost = costs.forward_cost(
-                lm.info, batch=batch, tokens_fed=fed, context_len=context, logits_positions=1
-            )
+            cost = self.cost(lm, batch, fed, context)
             bound_s, _ = costs.roofline(cost.total_flops, cost.bound_bytes, self.peaks(lm))
             points.append(
                 {

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from transformers import StaticCache
 
-from explorer import costs
 from explorer.costs.tricks import (
     dynamic_cache_copy_bytes,
     prefix_copy_bytes,
@@ -31,7 +30,7 @@ from explorer.costs.tricks import (
 )
 from explorer.engine.prefix import PrefixCache
 from explorer.model.passes import forward
-from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, register_trick
+from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
 from explorer.sweeps.pays._why import ms, regime_phrase
 
@@ -40,12 +39,7 @@ SUFFIX, PREFIX = 16, 256
 
 def _calibrated(ctx: Context, fed: int, context: int, extra_bytes: float = 0.0) -> float:
     """The calibrated latency of a batch-1 pass plus extra_bytes moved."""
-    cost = costs.forward_cost(
-        ctx.lm.info, batch=1, tokens_fed=fed, context_len=context, logits_positions=1
-    )
-    return ctx.calibration().predict(
-        bytes=cost.bound_bytes + extra_bytes, flops=cost.total_flops, layers=ctx.lm.info.layers
-    )
+    return ctx.predict(batch=1, tokens_fed=fed, context_len=context, extra_bytes=extra_bytes)
 
 
 # --- static cache --------------------------------------------------------------------------------
@@ -71,14 +65,7 @@ def static_setup(ctx: Context):
             f"the DynamicCache copies its {length - 1} cached tokens' K/V ({copy / 1e6:.3g} MB) "
             f"each step, the static cache attends over all {cache_len} slots, masked"
         )
-        return {
-            "baseline_s": base_s,
-            "trick_s": fast_s,
-            "predicted_speedup": predicted,
-            "regime": split["regime"],
-            "how": MEASURED,
-            "why": why,
-        }
+        return figures(base_s, fast_s, predicted, split["regime"], why)
 
     return point
 
@@ -120,14 +107,14 @@ class _Prefix:
             f"tokens ({ms(full_s)} -> {ms(hit_s)}, the {self.pc.bytes / 1e6:.3g} MB prefix copy "
             f"included)" + (f"; {h:.0%} of requests hit" if h < 1 else "")
         )
-        return {
-            "baseline_s": full_s,
-            "trick_s": prefix_expected_s(full_s, hit_s, h),
-            "predicted_speedup": self.predicted(h),
-            "regime": split["regime"],
-            "how": MEASURED if h in (0, 1) else MODELLED,
-            "why": why,
-        }
+        return figures(
+            full_s,
+            prefix_expected_s(full_s, hit_s, h),
+            self.predicted(h),
+            split["regime"],
+            why,
+            MEASURED if h in (0, 1) else MODELLED,
+        )
 
 
 def _ids(lm, n: int, seed: int):

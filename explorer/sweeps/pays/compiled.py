@@ -16,7 +16,7 @@ from __future__ import annotations
 from explorer.costs.tricks import overhead_cut_speedup, overhead_removed_s
 from explorer.engine.options import Compiled, compile_mode
 from explorer.model.loader import LoadedModel, load
-from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, register_trick
+from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
 from explorer.sweeps.pays._why import ms, regime_phrase
 
@@ -52,14 +52,7 @@ def _point(ctx: Context, lm: LoadedModel, batch: int) -> dict:
         f"(the calibrated model puts it at {ms(removed)} of {ms(total)}), not bytes: the weights' "
         f"{weights / 1e6:.3g} MB are still read every step"
     )
-    return {
-        "baseline_s": base_s,
-        "trick_s": fast_s,
-        "predicted_speedup": overhead_cut_speedup(total, removed),
-        "regime": split["regime"],
-        "how": MEASURED,
-        "why": why,
-    }
+    return figures(base_s, fast_s, overhead_cut_speedup(total, removed), split["regime"], why)
 
 
 def setup(ctx: Context):

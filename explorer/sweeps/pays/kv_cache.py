@@ -10,7 +10,7 @@ tokens' K/V read. Per token the cached work grows linearly with L and the uncach
 from __future__ import annotations
 
 from explorer.costs.tricks import ratio
-from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, register_trick
+from explorer.sweeps.pays import Axis, Context, Trick, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
 from explorer.sweeps.pays._why import ms, regime_phrase
 
@@ -30,14 +30,7 @@ def setup(ctx: Context):
             f"({length}x a cached step's matmul FLOPs), {regime_phrase(parts)}; the cached step "
             f"feeds 1 token and reads {length - 1} tokens of K/V ({ms(fast_s)})"
         )
-        return {
-            "baseline_s": base_s,
-            "trick_s": fast_s,
-            "predicted_speedup": predicted,
-            "regime": parts["regime"],
-            "how": MEASURED,
-            "why": why,
-        }
+        return figures(base_s, fast_s, predicted, parts["regime"], why)
 
     return point
 

@@ -26,7 +26,7 @@ from explorer.engine.drafts import PromptLookup
 from explorer.engine.sampling import Sampling
 from explorer.engine.speculative import SpeculativeSession
 from explorer.model.loader import load
-from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, register_trick
+from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
 from explorer.sweeps.pays._why import ms
 
@@ -127,14 +127,14 @@ class _Spec:
             base_s, trick_s, how = p["t1"], p["t1"] / modelled, MODELLED
         for _ in range(self.ctx.repeats if batch == 1 else 0):
             self.ctx.tick()  # the session runs, beside the parts' repeats
-        return {
-            "baseline_s": base_s,
-            "trick_s": trick_s,
-            "predicted_speedup": self.predicted(batch, k, alpha),
-            "regime": split["regime"],
-            "how": how,
-            "why": _why(batch, k, alpha, p, split["regime"], modelled, self.lookup),
-        }
+        return figures(
+            base_s,
+            trick_s,
+            self.predicted(batch, k, alpha),
+            split["regime"],
+            _why(batch, k, alpha, p, split["regime"], modelled, self.lookup),
+            how,
+        )
 
 
 def _why(batch, k, alpha, p, regime, modelled, lookup) -> str:
@@ -174,25 +174,18 @@ AXES = (
     Axis("k", "ints", (1, 2, 4, 8), "draft tokens proposed per round (batch 1)", high=32),
 )
 UNIT = "one generated token per row (s)"
-register_trick(
-    Trick(
-        name="speculative",
-        title="Speculative decoding (bundled draft model)",
-        baseline="the target alone, one token per pass",
-        axes=AXES,
-        setup=_setup(lookup=False),
-        unit=UNIT,
-        order=20,
+for _name, _title, _lookup in (
+    ("speculative", "Speculative decoding (bundled draft model)", False),
+    ("lookup", "Prompt-lookup decoding", True),
+):
+    register_trick(
+        Trick(
+            name=_name,
+            title=_title,
+            baseline="the target alone, one token per pass",
+            axes=AXES,
+            setup=_setup(lookup=_lookup),
+            unit=UNIT,
+            order=21 if _lookup else 20,
+        )
     )
-)
-register_trick(
-    Trick(
-        name="lookup",
-        title="Prompt-lookup decoding",
-        baseline="the model alone, one token per pass",
-        axes=AXES,
-        setup=_setup(lookup=True),
-        unit=UNIT,
-        order=21,
-    )
-)

@@ -17,10 +17,9 @@ measurement disagrees.
 
 from __future__ import annotations
 
-from explorer import costs
 from explorer.costs.tricks import fewer_bytes_speedup
 from explorer.model.loader import with_weights
-from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, register_trick
+from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
 from explorer.sweeps.pays._why import regime_phrase
 
@@ -28,11 +27,9 @@ PAST = 16  # cached tokens before the fed ones
 BATCH_CONTEXT = 64  # context of the decode step at --over batch
 
 
-def _weight_bytes(info, batch: int, fed: int, context: int) -> tuple[float, float, float]:
+def _weight_bytes(ctx: Context, lm, batch: int, fed: int, context: int) -> tuple:
     """(weight bytes, other bound bytes, FLOPs) of one pass, modelled."""
-    cost = costs.forward_cost(
-        info, batch=batch, tokens_fed=fed, context_len=context, logits_positions=1
-    )
+    cost = ctx.cost(lm, batch, fed, context)
     weights = sum(v for k, v in cost.bytes.items() if k.startswith("weights/"))
     return weights, cost.bound_bytes - weights, cost.total_flops
 
@@ -55,8 +52,8 @@ def _setup(kind: str):
                 one_pass(fast, batch, fed, context, seed=ctx.seed),
             )
             split = ctx.split(base_s, batch=batch, tokens_fed=fed, context_len=context)
-            w0, other, flops = _weight_bytes(ctx.lm.info, batch, fed, context)
-            w1 = _weight_bytes(fast.info, batch, fed, context)[0]
+            w0, other, flops = _weight_bytes(ctx, ctx.lm, batch, fed, context)
+            w1 = _weight_bytes(ctx, fast, batch, fed, context)[0]
             predicted = fewer_bytes_speedup(
                 ctx.calibration(),
                 weight_bytes=w0,
@@ -65,14 +62,13 @@ def _setup(kind: str):
                 layers=ctx.lm.info.layers,
                 bytes_ratio=w1 / w0,
             )
-            return {
-                "baseline_s": base_s,
-                "trick_s": fast_s,
-                "predicted_speedup": predicted,
-                "regime": split["regime"],
-                "how": MEASURED,
-                "why": _why(kind, ctx.axis, value, split, w0, w1, base_s / fast_s, predicted),
-            }
+            return figures(
+                base_s,
+                fast_s,
+                predicted,
+                split["regime"],
+                _why(kind, ctx.axis, value, split, w0, w1, base_s / fast_s, predicted),
+            )
 
         return point
 
