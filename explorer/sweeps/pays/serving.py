@@ -206,7 +206,7 @@ def _chunk_requests(ctx: Context):
     cap = (ctx.lm.info.max_positions or 10**6) - LONG_OUTPUT - 1
     long_len = min(_opt(ctx, "long_len", LONG_LEN), cap)
     shorts = Workload(num_prompts=_opt(ctx, "short_prompts", SHORT_PROMPTS), input_len=INPUT_LEN,
-                      output_len=SHORT_OUTPUT, seed=ctx.seed).requests(ctx.lm)  # fmt: skip
+                      output_len=_opt(ctx, "short_output", SHORT_OUTPUT), seed=ctx.seed).requests(ctx.lm)  # fmt: skip
     (long,) = Workload(num_prompts=1, input_len=long_len, output_len=LONG_OUTPUT,
                        seed=ctx.seed + 1).requests(ctx.lm)  # fmt: skip
     long.id = "long"
