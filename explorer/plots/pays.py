@@ -46,7 +46,7 @@ def _numeric(values) -> bool:
     )
 
 
-def x_kind(values) -> str:
+def pays_x_kind(values) -> str:
     """'log' for positive numbers spanning a factor of 8 or more, 'linear' for other numbers,
     'category' for names (fixed / lognormal, model names)."""
     values = [v for v in values if v is not None]
@@ -103,11 +103,11 @@ def _edges(xs: list[float], kind: str) -> list[float]:
     return [10**e for e in out] if kind == "log" else out
 
 
-def regions(df) -> list[dict]:
+def pays_regions(df) -> list[dict]:
     """Runs of neighbouring settings whose baseline shares a regime: {regime, x0, x1, first,
     last, why} (x0/x1 in axis coordinates; why: the row in the middle of the run)."""
     rows = _rows(df)
-    kind = x_kind([r["value"] for r in rows])
+    kind = pays_x_kind([r["value"] for r in rows])
     edges = _edges(_positions(rows, kind), kind)
     out: list[dict] = []
     for i, r in enumerate(rows):
@@ -133,7 +133,7 @@ def pays_why_lines(df) -> list[str]:
     """One line per region: the settings it spans, the baseline's regime, and its why."""
     axis = _axis_name(df)
     out = []
-    for reg in regions(df):
+    for reg in pays_regions(df):
         span = _setting(reg["first"])
         if reg["last"] != reg["first"]:
             span += f"–{_setting(reg['last'])}"
@@ -157,7 +157,7 @@ def _trick_name(df) -> str:
 
 def _pays_columns(df) -> dict[str, dict[str, Any]]:
     rows = _rows(df)
-    kind = x_kind([r["value"] for r in rows])
+    kind = pays_x_kind([r["value"] for r in rows])
     xs = _objs(r["value"] for r in rows) if kind == "category" else np.array(_positions(rows, kind))
     hover = _objs(
         f"{r['axis']} {_setting(r['value'])}: {r['trick']} {_num(r['speedup']):.3g}x "
@@ -191,7 +191,7 @@ def _pays_columns(df) -> dict[str, dict[str, Any]]:
             else np.array([] if at is None else [at], dtype=float),
             "y": np.ones(0 if at is None else 1),
         }
-    band = regions(df)
+    band = pays_regions(df)
     for reg in REGIME_COLORS:
         mine = [b for b in band if b["regime"] == reg]
         mid = [_mid(b, kind) for b in mine]
@@ -228,11 +228,11 @@ def _crossover_x(df, key: str, kind: str):
 def _pays_shapes(df) -> dict[str, Any]:
     """The regime bands, the 1x line and the crossover lines; the title says where it crosses."""
     rows = _rows(df)
-    kind = x_kind([r["value"] for r in rows])
+    kind = pays_x_kind([r["value"] for r in rows])
     shapes = [
         dict(type="rect", xref="x", x0=b["x0"], x1=b["x1"], yref="y domain", y0=0, y1=1,
              fillcolor=REGIME_COLORS[b["regime"]], opacity=0.10, line=dict(width=0), layer="below")
-        for b in regions(df)
+        for b in pays_regions(df)
         if b["regime"] in REGIME_COLORS
     ]  # fmt: skip
     shapes.append(
@@ -323,12 +323,12 @@ def pays_chart(df, *, height: int = 440) -> go.Figure:
     the registered chart, its axis named, the speedup range fitted, and the why lines under it."""
     from explorer.plots.sweeps import sweep_figure
 
-    blocks = [wrap(line) for line in pays_why_lines(df)]  # one block (1+ lines) per region
+    blocks = [_wrap(line) for line in pays_why_lines(df)]  # one block (1+ lines) per region
     rows_of = [b.count("<br>") + 1 for b in blocks]
     fig = sweep_figure("pays", height=height + _LINE_PX * sum(rows_of))
     replace(fig, _pays_columns(df))
     extras = _pays_shapes(df)
-    kind = x_kind([r["value"] for r in _rows(df)])
+    kind = pays_x_kind([r["value"] for r in _rows(df)])
     below = [48 + _LINE_PX * sum(rows_of[:i]) for i in range(len(blocks))]  # px under the plot
     fig.update_layout(
         shapes=extras["shapes"],
@@ -341,7 +341,7 @@ def pays_chart(df, *, height: int = 440) -> go.Figure:
             dict(xref="paper", yref="paper", x=0, y=0, xanchor="left", yanchor="top",
                  yshift=-px, showarrow=False, align="left", text=block,
                  font=dict(size=11, color=REGIME_COLORS.get(reg["regime"], "#333")))
-            for block, px, reg in zip(blocks, below, regions(df))
+            for block, px, reg in zip(blocks, below, pays_regions(df))
         ],
     )  # fmt: skip
     if kind == "log":
@@ -349,7 +349,7 @@ def pays_chart(df, *, height: int = 440) -> go.Figure:
     return fig
 
 
-def wrap(line: str, width: int = WHY_WIDTH) -> str:
+def _wrap(line: str, width: int = WHY_WIDTH) -> str:
     """A why line broken (<br>) at spaces into lines of at most `width` characters."""
     out, current = [], ""
     for word in line.split(" "):

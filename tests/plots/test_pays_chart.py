@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from explorer import plots
-from explorer.plots.pays import regions, x_kind
+from explorer.plots.pays import pays_regions, pays_x_kind
 
 
 def _frame(values, speedups, regimes, *, trick="kv-cache", axis="length", skipped=None, **attrs):
@@ -61,13 +61,13 @@ def test_unstable_rows_are_marked_not_drawn_and_names_sit_on_a_category_axis():
     assert y[0] == 1.0 and y[1] != y[1]  # NaN: not averaged into the line
     assert list(_trace(fig, "unstable or not run (not averaged)").x) == ["lognormal"]
     assert fig.layout.xaxis.type == "category" and "none in range" in fig.layout.title.text
-    assert len(regions(df)) == 1
+    assert len(pays_regions(df)) == 1
 
 
 def test_x_kind_and_regions_of_a_single_setting():
-    assert x_kind([0.0, 0.5, 1.0]) == "linear" and x_kind([1, 64]) == "log"
-    assert x_kind([1, 2]) == "linear" and x_kind(["a", "b"]) == "category"
-    (only,) = regions(_frame([16], [2.0], ["memory"]))
+    assert pays_x_kind([0.0, 0.5, 1.0]) == "linear" and pays_x_kind([1, 64]) == "log"
+    assert pays_x_kind([1, 2]) == "linear" and pays_x_kind(["a", "b"]) == "category"
+    (only,) = pays_regions(_frame([16], [2.0], ["memory"]))
     assert only["x0"] < 16 < only["x1"] and only["regime"] == "memory"
 
 
