@@ -331,13 +331,14 @@ def _attrs(ctx: Context, trick: Trick, rows: list[dict], partial: bool) -> dict:
     for what, found in (("measured", measured), ("predicted", predicted)):
         if len(found) > 1:
             ctx.notes.append(
-                f"the {what} speedup crosses 1 {len(found)} times (at {_join(f'{x:g}' for x in found)}); "
+                f"the {what} speedup crosses 1 {len(found)} times (at {', '.join(f'{x:.3g}' for x in found)}); "
                 f"crossover_{what} is the first"
             )
-    ctx.notes.append(
-        f"speedup crosses 1 at {ctx.axis} = {_at(measured)} (measured), {_at(predicted)} "
-        "(predicted)"
-    )
+    if trick.axis(ctx.axis).kind != "names":  # models have no order to cross 1 along
+        ctx.notes.append(
+            f"speedup crosses 1 at {ctx.axis} = {_at(measured)} (measured), {_at(predicted)} "
+            "(predicted)"
+        )
     out = attrs(
         "pays",
         ctx.lm,
