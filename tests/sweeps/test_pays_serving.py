@@ -7,7 +7,6 @@ import math
 
 import pandas as pd
 import pytest
-import torch
 
 from explorer import sweeps
 from explorer.costs.hardware import Peaks
@@ -16,14 +15,6 @@ from explorer.sweeps.pays import serving
 
 PEAKS = Peaks(device="cpu", dtype="float32", bandwidth_gbps=10.0, flops=1e11, method="modelled")
 TINY = dict(num_prompts=4, input_len=8, output_len=4, max_batch=2)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.slow
