@@ -46,13 +46,14 @@ lab: setup
 	$(BIN)/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS)
 
 # Benchmarks print ratios measured side by side in one run (never asserted by timed tests).
-# About 13 minutes on a 2-core CPU.
+# About 14 minutes on a 2-core CPU.
 bench: setup browser
 	$(BIN)/explorer hardware
 	$(BIN)/explorer bench overhead --threads 1
 	$(BIN)/explorer bench overhead --model arch:qwen2.5-0.5b --new-tokens 32 --repeats 3
 	$(BIN)/explorer bench speculative --modes greedy,sample --arch-pair arch:qwen2.5-0.5b arch:smollm2-135m
 	$(BIN)/explorer sweep batch --model arch:qwen2.5-0.5b --batches 1,2,4,8,16,32,64 --repeats 3
+	$(BIN)/explorer sweep pays --trick speculative --over batch --values 1,4,16,64
 	$(BIN)/explorer bench serving --engine continuous --num-prompts 32 --compare sequential,static
 	$(BIN)/explorer bench serving --engine continuous --num-prompts 32 --vs-plain --repeats 5
 	$(BIN)/explorer sweep serving --over batch --values 1,2,4,8,16,32 --engines static,continuous --num-prompts 32

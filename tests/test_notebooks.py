@@ -292,6 +292,23 @@ def check_11(f: dict) -> None:
     assert "needs" in f["too_big"] and "GB" in f["too_big"]
 
 
+def check_12(f: dict) -> None:
+    assert set(f["row_keys"]) == {"kv-cache", "int8", "speculative", "continuous"}
+    assert all(keys == f["expected_keys"] for keys in f["row_keys"].values()), "the row format"
+    for trick, regimes in f["regimes"].items():  # the split gave every baseline that ran a regime
+        ran = [r for r, s in zip(regimes, f["skipped"][trick]) if s is None]
+        assert ran and all(r in {"memory", "compute", "overhead"} for r in ran), (trick, regimes)
+    assert all(w for whys in f["why"].values() for w in whys), "a why line for every setting"
+    hows = [h for hs in f["how"].values() for h in hs]
+    assert set(hows) <= {"measured", "modelled from measured parts"}, hows
+    kv = f["predicted"]["kv-cache"]  # the cost model: recomputing L tokens never beats reading them
+    assert all(p >= 1 for p in kv) and kv == sorted(kv), kv
+    assert f["crossover_predicted"]["kv-cache"] is None, "the cache never stops paying (modelled)"
+    b = [p for p in f["predicted"]["int8"] if p is not None]  # fewer weight bytes matter less
+    assert b and all(p >= 1 - 1e-9 for p in b) and b == sorted(b, reverse=True), b  # as FLOPs grow
+    assert f["values"]["continuous"] == [0.0, 1.0] and f["atlas_rows"] == 4
+
+
 CHECKS = {
     "01": check_01,
     "02": check_02,
@@ -304,6 +321,7 @@ CHECKS = {
     "09": check_09,
     "10": check_10,
     "11": check_11,
+    "12": check_12,
 }
 
 

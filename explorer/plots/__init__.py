@@ -5,6 +5,7 @@
     latency       latency per step           traffic       bytes moved by part, achieved bandwidth
     roofline      intensity vs ceilings      speculative   rounds, alpha, accepted lengths, speedup
     sweeps        the registered sweeps' charts (explorer.sweeps)
+    pays          where a trick pays: speedup over a setting by regime, the atlas of all tricks
     serving       many requests: Gantt, ITL timeline, latency CDFs, engine state, Pareto
     why           one step's split (floors + overhead), the profiler breakdown, the trust table
     inside        logit lens and the newest token's attention
@@ -17,6 +18,7 @@ from explorer.plots import (
     distribution,
     inside,
     latency,
+    pays,
     roofline,
     serving,
     speculative,
@@ -28,6 +30,7 @@ from explorer.plots import (
 
 _MODULES = (
     common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, why, inside,
+    pays,
 )  # fmt: skip
 __all__: list[str] = []
 for _m in _MODULES:

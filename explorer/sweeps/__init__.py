@@ -27,7 +27,7 @@ class Param:
     """One argument of a sweep's run() that a person types (in a box or as a CLI flag)."""
 
     name: str  # the keyword of run()
-    kind: str  # "int" | "ints" | "floats" (comma-separated) | "names" (comma-separated words)
+    kind: str  # "int" | "ints" | "floats" | "names" (comma-separated) | "word" (one of `choices`)
     label: str  # shown beside the box
     default: str | None = (
         None  # text in the box; None: run()'s own default (CLI) and not shown in the tab
@@ -35,6 +35,10 @@ class Param:
     help: str = ""
     low: int = 1  # for int / ints
     flag: str | None = None  # the CLI flag, if not --name-with-dashes
+    choices: tuple[str, ...] | Callable[[], list[str]] = ()  # for "word": allowed (or a callable)
+
+    def allowed(self) -> list[str]:
+        return list(self.choices() if callable(self.choices) else self.choices)
 
     @property
     def cli_flag(self) -> str:
@@ -50,6 +54,11 @@ class Param:
             if value < self.low:
                 raise ValueError(f"{self.label} must be >= {self.low}, got {value}")
             return value
+        if self.kind == "word":
+            word, allowed = str(text).strip(), self.allowed()
+            if word not in allowed:
+                raise ValueError(f"{self.label} must be one of {', '.join(allowed)}; got {word!r}")
+            return word
         parts = [p.strip() for p in str(text).replace(";", ",").split(",") if p.strip()]
         if not parts:
             raise ValueError(f"{self.label}: give at least one value, e.g. {self.default}")
@@ -103,6 +112,7 @@ class Sweep:
     help: str
     params: tuple[Param, ...] = field(default=())  # the first is the sizes box of the Sweeps tab
     order: int = 100  # place in the CLI's list and the Sweeps tab
+    check: Callable[[dict[str, Any]], None] | None = None  # checks the parsed keywords together
 
     def arguments(
         self, texts: dict[str, str], name_of: Callable[[Param], str] | None = None
@@ -125,6 +135,8 @@ class Sweep:
                     raise ValueError(
                         f"{name_of(known[k])}: {err}" if name_of else str(err)
                     ) from None
+        if self.check is not None:
+            self.check(out)  # ValueError: one line naming the flags (e.g. an axis a trick lacks)
         return out
 
 

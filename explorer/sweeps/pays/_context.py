@@ -1,0 +1,246 @@
+"""What a trick's setup gets: the model, the sweep's settings, and the shared measuring helpers
+(peaks, the overhead floor and a calibration, each measured once and only when a trick asks):
+
+    ctx.time(fn)                   median seconds of fn() over ctx.repeats after ctx.warmup
+    ctx.time_pair(base, fast)      both, measured alternately (A B, B A, ...)
+    ctx.split(latency_s, ...)      the speed-of-light split of a measured pass (regime, floors)
+    ctx.predict(...)               the calibrated latency of a pass (explorer.costs.calibrate)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from explorer import costs
+from explorer.costs import calibrate, hardware
+from explorer.costs.overhead import overhead_floor
+from explorer.costs.split import split
+from explorer.costs.timing import alternate, time_call
+from explorer.model.loader import LoadedModel
+from explorer.model.passes import crop_cache, forward
+
+CAL_BATCHES, CAL_CONTEXTS, CAL_PREFILL = (1, 4), (16, 128), 64  # the passes a fit here times
+
+
+@dataclass
+class Context:
+    lm: LoadedModel
+    axis: str
+    values: list
+    repeats: int
+    warmup: int
+    notes: list[str]
+    attrs: dict[str, Any]
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+    tick: Callable[[], None] = lambda: None
+    _peaks: dict = field(default_factory=dict)
+    _floors: dict = field(default_factory=dict)
+    _cals: dict = field(default_factory=dict)
+    _fixed_cal: calibrate.Calibration | None = None
+
+    def preset(self, peaks=None, calibration=None) -> None:
+        """Peaks for ctx.lm's device and dtype, and one calibration for every model (else each is
+        measured or fitted when first asked for)."""
+        if peaks is not None:
+            self._peaks[(str(self.lm.device), self.lm.info.dtype)] = peaks
+        self._fixed_cal = calibration
+
+    # --- timing ----------------------------------------------------------------------------------
+
+    def time(self, fn: Callable[[], object], lm: LoadedModel | None = None) -> float:
+        """Median seconds of fn() over `repeats` timed calls after `warmup` untimed ones."""
+        device = (lm or self.lm).device
+        for _ in range(self.warmup):
+            fn()
+        samples = []
+        for _ in range(self.repeats):
+            samples.append(time_call(fn, device)[1])
+            self.tick()
+        return statistics.median(samples)
+
+    def time_pair(
+        self, base: Callable[[], object], fast: Callable[[], object], lm: LoadedModel | None = None
+    ) -> tuple[float, float]:
+        """Median seconds of base() and fast(), measured alternately after warm-up of each."""
+        device = (lm or self.lm).device
+        for _ in range(self.warmup):
+            base(), fast()
+
+        def timed(fn):
+            return lambda: time_call(fn, device)[1]
+
+        def fast_tick():
+            s = time_call(fast, device)[1]
+            self.tick()
+            return s
+
+        got = alternate({"base": timed(base), "fast": fast_tick}, self.repeats)
+        return statistics.median(got["base"]), statistics.median(got["fast"])
+
+    # --- the cost model ----------------------------------------------------------------------------
+
+    def peaks(self, lm: LoadedModel | None = None) -> hardware.Peaks:
+        lm = lm or self.lm
+        key = (str(lm.device), lm.info.dtype)
+        if key not in self._peaks:
+            self._peaks[key] = hardware.measure(lm.device, lm.info.dtype)
+        return self._peaks[key]
+
+    def peaks_if_measured(self):
+        return next(iter(self._peaks.values()), None)
+
+    def floor_s(self, lm: LoadedModel | None = None) -> float:
+        lm = lm or self.lm
+        if lm.info.name not in self._floors:
+            self._floors[lm.info.name] = overhead_floor(lm.model)["floor_s"]
+        return self._floors[lm.info.name]
+
+    def floor_if_measured(self) -> float | None:
+        return self._floors.get(self.lm.info.name)
+
+    def split(
+        self,
+        latency_s: float,
+        *,
+        batch: int,
+        tokens_fed: int,
+        context_len: int,
+        use_cache: bool = True,
+        lm: LoadedModel | None = None,
+    ) -> dict[str, Any]:
+        """The split of a measured pass (explorer.costs.split): regime, floors, overhead_s, ...,
+        plus its flops and bytes by part."""
+        lm = lm or self.lm
+        cost = self.cost(lm, batch, tokens_fed, context_len, use_cache)
+        out = split(cost.total_flops, cost.bytes, latency_s, self.peaks(lm), self.floor_s(lm))
+        return {**out, "flops": cost.total_flops, "bytes": cost.bytes}
+
+    def calibration(self, lm: LoadedModel | None = None) -> calibrate.Calibration:
+        """The calibration in use for this model, device and dtype; else one fitted here on a few
+        measured passes (CAL_BATCHES x CAL_CONTEXTS decode steps and a CAL_PREFILL-token prefill)
+        and the measured overhead floor (explorer.costs.overhead: a skeleton's pass, taken as
+        bytes = FLOPs = 0), which keeps the fit from calling a tiny model's overhead bytes."""
+        lm = lm or self.lm
+        name = lm.info.name
+        if self._fixed_cal is not None:
+            self._cals[name] = self._fixed_cal
+        if name not in self._cals:
+            cal = calibrate.active(name, str(lm.device), lm.info.dtype)
+            self._cals[name] = cal or self._fit(lm)
+            if cal is None:
+                self.notes.append(
+                    f"{name}: no calibration in use; fitted one here on "
+                    f"{self._cals[name].n_train} measured passes, the overhead floor included "
+                    f"({self._cals[name].summary().split(';')[0]})"
+                )
+        return self._cals[name]
+
+    def calibration_dict(self) -> dict | None:
+        return {n: c.to_dict() for n, c in self._cals.items()} or None
+
+    def cost(
+        self, lm: LoadedModel, batch: int, tokens_fed: int, context_len: int, use_cache=True
+    ) -> costs.ForwardCost:
+        """The cost model's FLOPs and bytes of one pass (last position's logits only)."""
+        return costs.forward_cost(
+            lm.info,
+            batch=batch,
+            tokens_fed=tokens_fed,
+            context_len=context_len,
+            use_cache=use_cache,
+            logits_positions=1,
+        )
+
+    def predict(
+        self,
+        *,
+        batch: int,
+        tokens_fed: int,
+        context_len: int,
+        use_cache: bool = True,
+        extra_bytes: float = 0.0,
+        lm: LoadedModel | None = None,
+    ) -> float:
+        """The calibrated latency of one pass, plus extra_bytes moved (e.g. a cache copy)."""
+        lm = lm or self.lm
+        cost = self.cost(lm, batch, tokens_fed, context_len, use_cache)
+        return self.calibration(lm).predict(
+            bytes=cost.bound_bytes + extra_bytes, flops=cost.total_flops, layers=lm.info.layers
+        )
+
+    def _fit(self, lm: LoadedModel) -> calibrate.Calibration:
+        limit = lm.info.max_positions or max(CAL_CONTEXTS)
+        shapes = [(b, 1, min(c, limit)) for b in CAL_BATCHES for c in CAL_CONTEXTS]
+        shapes.append((1, min(CAL_PREFILL, limit), min(CAL_PREFILL, limit)))
+        points = []
+        for batch, fed, context in shapes:
+            latency = self._time_pass(lm, batch, fed, context)
+            cost = self.cost(lm, batch, fed, context)
+            bound_s, _ = costs.roofline(cost.total_flops, cost.bound_bytes, self.peaks(lm))
+            points.append(
+                {
+                    "model": lm.info.name,
+                    "layers": lm.info.layers,
+                    "batch": batch,
+                    "context_len": context,
+                    "latency_s": latency,
+                    "bytes": cost.bound_bytes,
+                    "flops": cost.total_flops,
+                    "bound_s": bound_s,
+                }
+            )
+        points.append(  # the overhead floor: a pass of the model's skeleton, bytes and FLOPs ~ 0
+            {**points[0], "batch": 1, "context_len": 2, "latency_s": self.floor_s(lm)}
+            | {"bytes": 0.0, "flops": 0.0, "bound_s": 0.0}
+        )
+        return calibrate.fit(
+            points,
+            device=str(lm.device),
+            dtype=lm.info.dtype,
+            threads=torch.get_num_threads(),
+        )
+
+    def _time_pass(self, lm: LoadedModel, batch: int, fed: int, context: int) -> float:
+        run = one_pass(lm, batch, fed, context, seed=self.seed)
+        for _ in range(max(self.warmup, 1)):
+            run()
+        return statistics.median(time_call(run, lm.device)[1] for _ in range(self.repeats))
+
+
+def one_pass(
+    lm: LoadedModel,
+    batch: int,
+    fed: int,
+    context: int,
+    *,
+    use_cache: bool = True,
+    seed: int = 0,
+    cache=None,
+    fn=None,
+) -> Callable[[], object]:
+    """A repeatable pass feeding `fed` seeded tokens per row onto `context - fed` cached ones
+    (use_cache=False: the whole `context` tokens with no cache). `cache`: another cache object
+    (e.g. a StaticCache) to prefill and crop back after every call; fn: a compiled forward to
+    call instead of the model for the timed pass."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, lm.info.vocab_size, (batch, context), generator=gen).to(lm.device)
+    if not use_cache:
+        return lambda: forward(lm.model, ids, None, last_only=True, fn=fn)  # [B, L] every call
+    cache = DynamicCache() if cache is None else cache
+    past = context - fed
+    if past:
+        forward(lm.model, ids[:, :past], cache, last_only=True)
+
+    def run():
+        out = forward(lm.model, ids[:, past:], cache, last_only=True, fn=fn)  # [B, fed]
+        crop_cache(cache, past)
+        return out
+
+    return run

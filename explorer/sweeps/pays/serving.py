@@ -1,0 +1,341 @@
+"""Two serving tricks, measured through the serving lab's real engines (explorer.serving.serve).
+
+continuous       continuous batching (transformers' engine, max_requests_per_batch = B) against
+                 static batching (batches of up to B, each run until its longest request ends),
+                 on the same seeded workload. Unit: a request's mean end-to-end latency.
+                   --over spread   output-length spread of a burst: 0 is every output the same
+                                   length, s > 0 lognormal with sigma s (static waits for the longest)
+                   --over rate     Poisson arrivals, requests/s, fixed lengths (static makes a
+                                   newcomer wait for the running batch); a rate at which either
+                                   engine's waiting queue grows (explorer.serving.steady) is past
+                                   saturation: marked unstable, its figures kept out of the speedup
+chunked-prefill  the continuous engine with max_batch_tokens = the chunk (a long prompt is
+                 prefilled chunk by chunk between the other requests' decode steps) against the same
+                 engine with room for the whole prompt in one iteration. A long prompt arrives while
+                 short requests decode. speedup = the short requests' p99 inter-token latency gain;
+                 the long prompt's TTFT cost is in each row's why and attrs["long_prompt_ttft_s"].
+                   --over chunk    max_batch_tokens
+
+predicted_speedup: the serving simulator (explorer.serving.simulate: each engine's scheduler as a
+policy over the same knobs, iteration times from STEP_RULE) on the same requests, its step models
+fitted at setup on profiling runs through each real engine ("modelled from measured parts"). The
+regime is that of the baseline's typical decode iteration (continuous) or of its long-prompt
+iteration (chunked-prefill), from the split of that measured iteration.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from explorer.costs.parts import shape_of
+from explorer.costs.tricks import ratio
+from explorer.serving import Workload, serve
+from explorer.serving.simulate import simulate
+from explorer.serving.simulate.steptime import StepModel, busy_gap, fit, startup_delay
+from explorer.sweeps._common import StopSweep
+from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, register_trick
+from explorer.sweeps.pays._why import ms, regime_phrase
+
+# tiny workloads: one point takes a couple of seconds on a laptop CPU (a GPU user raises them)
+NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, MAX_BATCH = 8, 16, 12, 4
+RATE_PROMPTS = 24  # a rate point needs 8+ arrivals in its second half to be judged steady or not
+RATE_SPREAD = 0.0  # the rate axis keeps lengths fixed: one reason at a time
+SHORT_PROMPTS, SHORT_OUTPUT, LONG_LEN, LONG_OUTPUT = 4, 24, 192, 4
+
+
+def _opt(ctx: Context, name: str, default):
+    return ctx.options.get(name, default)
+
+
+def _run(ctx: Context, requests, engine: str, knobs: dict):
+    res = serve(ctx.lm, requests, engine, **knobs)
+    if res.meta["status"] != "complete":
+        raise StopSweep(f"a {engine} run did not complete ({res.meta['status']})")
+    return res
+
+
+def _fit_steps(ctx: Context, runs) -> StepModel:
+    """A step-time model (STEP_RULE) fitted on the measured iterations of some runs, with their
+    measured idle gap between iterations and engine start (as explorer.serving.simulate.profile)."""
+    points = [{"passes": i.passes, "seconds": i.seconds} for r in runs for i in r.iterations]
+    model = fit(shape_of(ctx.lm.info), points, key={"engine": "pays setup"})
+    model.gap_s = busy_gap([i for r in runs for i in r.iterations])
+    model.startup_s = startup_delay(runs)
+    return model
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _alternate(ctx: Context, runs: dict) -> dict[str, list]:
+    """Each named run (a no-argument function -> ServingResult) ctx.repeats times, alternately
+    (A B, B A, ...), so drift on a shared machine falls on both alike."""
+    out: dict[str, list] = {k: [] for k in runs}
+    names = list(runs)
+    for i in range(ctx.repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            out[name].append(runs[name]())
+        ctx.tick()
+    return out
+
+
+def _decode_split(ctx: Context, res) -> dict:
+    """The split of the run's median decode-only iteration (its batch and mean context)."""
+    its = [i for i in res.iterations if i.passes and i.prefill_tokens == 0 and i.decode_requests]
+    its = sorted(its, key=lambda i: i.seconds)
+    it = its[len(its) // 2] if its else max(res.iterations, key=lambda i: i.seconds)
+    batch = max(1, len(it.passes))
+    context = max(2, round(sum(q + p for q, p in it.passes) / batch))
+    return {
+        **ctx.split(it.seconds, batch=batch, tokens_fed=1, context_len=context),
+        "batch": batch,
+    }
+
+
+# --- continuous vs static batching ----------------------------------------------------------------
+
+
+def _workload(ctx: Context, value: float) -> Workload:
+    n = _opt(ctx, "num_prompts", NUM_PROMPTS if ctx.axis == "spread" else RATE_PROMPTS)
+    inp, out = _opt(ctx, "input_len", INPUT_LEN), _opt(ctx, "output_len", OUTPUT_LEN)
+    common = dict(num_prompts=n, input_len=inp, output_len=out, seed=ctx.seed)
+    if ctx.axis == "spread":
+        dist = "lognormal" if value > 0 else "fixed"
+        return Workload(**common, output_dist=dist, output_spread=float(value))
+    spread = _opt(ctx, "spread", RATE_SPREAD)
+    return Workload(
+        **common,
+        arrival="poisson",
+        request_rate=float(value),
+        output_dist="lognormal" if spread > 0 else "fixed",
+        output_spread=float(spread),
+    )
+
+
+def setup_continuous(ctx: Context):
+    batch = _opt(ctx, "max_batch", MAX_BATCH)
+    knobs = {
+        "static": {"max_batch": batch},
+        "continuous": {"max_requests_per_batch": batch},
+    }
+    ctx.attrs.update(max_batch=batch, engines_knobs=knobs, metric="mean_e2el_ms")
+    profile = Workload(num_prompts=6, input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=99,
+                       output_dist="lognormal", output_spread=0.8).requests(ctx.lm)  # fmt: skip
+    steps = {}
+    for engine, kn in knobs.items():
+        _run(ctx, profile[:1], engine, kn)  # warm-up, discarded
+        steps[engine] = _fit_steps(ctx, [_run(ctx, profile, engine, kn)])
+    ctx.notes.append(
+        "predicted_speedup: the serving simulator's static and continuous policies on the same "
+        "requests, step models fitted on one profiling run of each engine here"
+    )
+    saturated: list[float] = []
+
+    def point(value: float) -> dict:
+        if saturated:  # past saturation both engines already were: a higher rate measures nothing
+            return _not_run(value, saturated[0])
+        requests = _workload(ctx, value).requests(ctx.lm)
+        got = _alternate(ctx, {e: (lambda e=e: _run(ctx, requests, e, knobs[e])) for e in knobs})
+        base, fast = got["static"], got["continuous"]
+        parts = _decode_split(ctx, base[0])
+        sim = {
+            e: simulate(ctx.lm.info, requests, e, steps[e], requests=requests, **knobs[e])
+            for e in knobs
+        }
+        predicted = ratio(
+            sim["static"].result["mean_e2el_ms"], sim["continuous"].result["mean_e2el_ms"]
+        )
+        row = {
+            "baseline_s": _median(r.result["mean_e2el_ms"] for r in base) / 1e3,
+            "trick_s": _median(r.result["mean_e2el_ms"] for r in fast) / 1e3,
+            "predicted_speedup": predicted,
+            "regime": parts["regime"],
+            "how": MEASURED,
+        }
+        unstable = [  # any repeat whose waiting queue grew: that engine is past saturation here
+            f"{e}: {bad[0].result['stability']}"
+            for e, runs in (("static", base), ("continuous", fast))
+            if (bad := [r for r in runs if r.result.get("steady") is False])
+        ]
+        if any(res.result.get("steady") is False for res in sim.values()):
+            row["predicted_speedup"] = None  # the simulated queue grows too: no steady figure
+        if unstable:
+            if len(unstable) == 2:
+                saturated.append(value)
+            row.update(
+                baseline_s=None,
+                trick_s=None,
+                skipped="unstable (past saturation): " + "; ".join(unstable),
+            )
+            row["why"] = f"rate {value:g} req/s is past saturation, not averaged: " + "; ".join(
+                unstable
+            )
+            return row
+        row["why"] = _continuous_why(ctx, value, requests, base[0], fast[0], parts, batch)
+        return row
+
+    return point
+
+
+def _not_run(value: float, first: float) -> dict:
+    why = f"not run: both engines were past saturation at {first:g} req/s already"
+    return {"regime": None, "how": MEASURED, "skipped": why, "why": why, "predicted_speedup": None}
+
+
+def _continuous_why(ctx, value, requests, base, fast, parts, batch: int) -> str:
+    outs = [r.max_tokens for r in requests]
+    head = (
+        f"output lengths {min(outs)}-{max(outs)}: a static batch runs until its longest request ends"
+        if ctx.axis == "spread"
+        else f"{value:g} req/s: a newcomer waits for the running static batch to end"
+    )
+    return (
+        f"{head} ({len(base.iterations)} iterations) while continuous refills a freed slot at once "
+        f"({len(fast.iterations)}); static's decode step at batch {parts['batch']} is "
+        f"{regime_phrase(parts)}"
+    )
+
+
+# --- chunked prefill -----------------------------------------------------------------------------
+
+
+def _chunk_requests(ctx: Context):
+    """Short requests decoding from t=0, and one long prompt arriving among them."""
+    cap = (ctx.lm.info.max_positions or 10**6) - LONG_OUTPUT - 1
+    long_len = min(_opt(ctx, "long_len", LONG_LEN), cap)
+    shorts = Workload(num_prompts=_opt(ctx, "short_prompts", SHORT_PROMPTS), input_len=INPUT_LEN,
+                      output_len=_opt(ctx, "short_output", SHORT_OUTPUT), seed=ctx.seed).requests(ctx.lm)  # fmt: skip
+    (long,) = Workload(num_prompts=1, input_len=long_len, output_len=LONG_OUTPUT,
+                       seed=ctx.seed + 1).requests(ctx.lm)  # fmt: skip
+    long.id = "long"
+    return shorts, long
+
+
+def _others_p99_itl(res) -> float | None:
+    gaps = sorted(g for r in res.records if r.id != "long" for g in r.itl)
+    if not gaps:
+        return None
+    return gaps[min(len(gaps) - 1, int(round(0.99 * (len(gaps) - 1))))]
+
+
+def _long_ttft(res) -> float | None:
+    return next((r.ttft for r in res.records if r.id == "long"), None)
+
+
+def setup_chunked(ctx: Context):
+    shorts, long = _chunk_requests(ctx)
+    whole = {"max_batch_tokens": len(long.prompt_ids) + len(shorts) + 1}
+    _run(ctx, shorts[:1], "continuous", whole)  # warm-up, discarded
+    alone = _run(ctx, shorts, "continuous", whole)
+    # the long prompt arrives a third of the way through the short requests' decoding
+    firsts = [r.token_s[len(r.token_s) // 3] - r.sent_s for r in alone.records if r.token_s]
+    long.arrival_s = statistics.median(firsts)
+    requests = [*shorts, long]
+    probe = _run(ctx, requests, "continuous", {"max_batch_tokens": 16})
+    steps = _fit_steps(ctx, [alone, probe, _run(ctx, requests, "continuous", whole)])
+    ctx.attrs.update(
+        long_prompt_len=len(long.prompt_ids),
+        long_prompt_arrival_s=long.arrival_s,
+        baseline_max_batch_tokens=whole["max_batch_tokens"],
+        metric="the short requests' p99 inter-token latency",
+        long_prompt_ttft_s={},
+    )
+
+    def point(chunk: int) -> dict:
+        trick = {"max_batch_tokens": int(chunk)}
+        got = _alternate(ctx, {
+            "base": lambda: _run(ctx, requests, "continuous", whole),
+            "fast": lambda: _run(ctx, requests, "continuous", trick),
+        })  # fmt: skip
+        base_itl = _median(_others_p99_itl(r) for r in got["base"])
+        fast_itl = _median(_others_p99_itl(r) for r in got["fast"])
+        ttft = (
+            _median(_long_ttft(r) for r in got["base"]),
+            _median(_long_ttft(r) for r in got["fast"]),
+        )
+        ctx.attrs["long_prompt_ttft_s"][chunk] = {"baseline": ttft[0], "trick": ttft[1]}
+        sim = [simulate(ctx.lm.info, requests, "continuous", steps, requests=requests, **k)
+               for k in (whole, trick)]  # fmt: skip
+        parts = _prefill_split(ctx, got["base"][0], len(long.prompt_ids))
+        return {
+            "baseline_s": base_itl,
+            "trick_s": fast_itl,
+            "predicted_speedup": ratio(_others_p99_itl(sim[0]), _others_p99_itl(sim[1])),
+            "regime": parts["regime"],
+            "how": MEASURED,
+            "why": _chunk_why(chunk, len(long.prompt_ids), parts, base_itl, fast_itl, ttft),
+        }
+
+    return point
+
+
+def _prefill_split(ctx: Context, res, long_len: int) -> dict:
+    """The split of the baseline's iteration that prefilled the long prompt (as one prompt pass of
+    long_len tokens: the decode rows beside it are a few tokens more)."""
+    it = max(res.iterations, key=lambda i: i.prefill_tokens)
+    return {
+        **ctx.split(it.seconds, batch=1, tokens_fed=long_len, context_len=long_len),
+        "seconds": it.seconds,
+    }
+
+
+def _chunk_why(chunk, long_len, parts, base_itl, fast_itl, ttft) -> str:
+    pieces = -(-long_len // int(chunk))
+    cost = ratio(ttft[1], ttft[0])
+    return (
+        f"chunk {chunk}: the {long_len}-token prompt's prefill iteration ({ms(parts['seconds'])}) "
+        f"is {regime_phrase(parts)}; every decoding request waits for it. In {pieces} chunk(s) the "
+        f"others' p99 gap goes {ms(base_itl)} -> {ms(fast_itl)}, the long prompt's TTFT "
+        f"{ms(ttft[0])} -> {ms(ttft[1])}" + (f" ({cost:.2g}x)" if cost else "")
+    )
+
+
+register_trick(
+    Trick(
+        name="continuous",
+        title="continuous vs static batching",
+        baseline=f"static batching (batches of up to {MAX_BATCH}, each until its longest request ends)",
+        unit="a request's mean end-to-end latency over the workload (s)",
+        axes=(
+            Axis(
+                "spread",
+                "floats",
+                (0.0, 0.25, 0.5, 1.0),
+                "output-length spread of a burst: 0 fixed, s > 0 lognormal sigma s",
+                low=0,
+            ),
+            Axis(
+                "rate",
+                "floats",
+                (4.0, 8.0, 16.0, 32.0),
+                "Poisson request rate (req/s), fixed lengths",
+                low=0.01,
+            ),
+        ),  # fmt: skip
+        setup=setup_continuous,
+        help="the same requests through the static and the continuous engine",
+        order=70,
+    )
+)
+register_trick(
+    Trick(
+        name="chunked-prefill",
+        title="chunked prefill (max batch tokens)",
+        baseline="the continuous engine with room for the whole long prompt in one iteration",
+        unit="the short requests' p99 inter-token latency (s)",
+        axes=(
+            Axis(
+                "chunk",
+                "ints",
+                (16, 32, 64, 128, 256),
+                "max_batch_tokens: query tokens per iteration, the prefill chunk",
+                low=8,
+            ),
+        ),  # fmt: skip
+        setup=setup_chunked,
+        help="a long prompt arriving among decoding requests, prefilled in chunks",
+        order=75,
+    )
+)
