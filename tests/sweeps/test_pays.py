@@ -136,7 +136,7 @@ def _check_frame(df, trick, axis, values):
 
 def test_kv_cache_rows_are_measured(target):
     df = sweeps.run(
-        "pays", target, trick="kv-cache", values=[2, 8], repeats=1, bar=False, peaks=PEAKS,
+        "pays", target, trick="kv-cache", values=[2, 8], repeats=1, warmup=0, bar=False, peaks=PEAKS,
         calibration=CAL,
     )  # fmt: skip
     _check_frame(df, "kv-cache", "length", [2, 8])
@@ -146,7 +146,7 @@ def test_kv_cache_rows_are_measured(target):
 
 def test_speculative_past_batch_1_is_modelled_from_measured_parts(target, draft):
     df = sweeps.run(
-        "pays", target, trick="speculative", over="batch", values=[2, 3], repeats=1, bar=False,
+        "pays", target, trick="speculative", over="batch", values=[2, 3], repeats=1, warmup=0, bar=False,
         peaks=PEAKS, calibration=CAL, draft=draft, new_tokens=4,
     )  # fmt: skip
     _check_frame(df, "speculative", "batch", [2, 3])
