@@ -136,7 +136,7 @@ def _check_frame(df, trick, axis, values):
 
 def test_kv_cache_rows_are_measured(target):
     df = sweeps.run(
-        "pays", target, trick="kv-cache", values=[2, 8], repeats=1, bar=False, peaks=PEAKS,
+        "pays", target, trick="kv-cache", values=[2, 8], repeats=1, warmup=0, bar=False, peaks=PEAKS,
         calibration=CAL,
     )  # fmt: skip
     _check_frame(df, "kv-cache", "length", [2, 8])
@@ -146,7 +146,7 @@ def test_kv_cache_rows_are_measured(target):
 
 def test_speculative_past_batch_1_is_modelled_from_measured_parts(target, draft):
     df = sweeps.run(
-        "pays", target, trick="speculative", over="batch", values=[2, 3], repeats=1, bar=False,
+        "pays", target, trick="speculative", over="batch", values=[2, 3], repeats=1, warmup=0, bar=False,
         peaks=PEAKS, calibration=CAL, draft=draft, new_tokens=4,
     )  # fmt: skip
     _check_frame(df, "speculative", "batch", [2, 3])
@@ -194,3 +194,17 @@ def test_default_values_beyond_the_model_are_left_out_with_a_note(target):
     limit = target.info.max_positions - 16
     assert kept == [v for v in axis.default if v <= limit]
     assert len(kept) < len(axis.default) and f"allows {limit}" in notes[0]
+
+
+def test_weights_this_device_cannot_run_give_rows_that_say_why(target, monkeypatch):
+    from explorer.model.quant import WeightsNotSupportedError
+    from explorer.sweeps.pays import weights
+
+    def refuse(lm, kind):
+        raise WeightsNotSupportedError(f"{kind} matmuls do not run on this test device")
+
+    monkeypatch.setattr(weights, "with_weights", refuse)
+    df = sweeps.run("pays", target, trick="fp16", values=[1, 16], bar=False, peaks=PEAKS)
+    assert list(df["value"]) == [1, 16] and df["speedup"].isna().all()
+    assert all("fp16 does not run here: fp16 matmuls do not run" in s for s in df["skipped"])
+    assert df.attrs["crossover_measured"] is None and not df.attrs["partial"]
