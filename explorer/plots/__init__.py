@@ -6,6 +6,7 @@
     roofline      intensity vs ceilings      speculative   rounds, alpha, accepted lengths, speedup
     sweeps        the registered sweeps' charts (explorer.sweeps)
     serving       many requests: Gantt, ITL timeline, latency CDFs, engine state, Pareto
+    scenarios     seeing it break: a failure scenario's broken run beside its fixed run
     why           one step's split (floors + overhead), the profiler breakdown, the trust table
     inside        logit lens and the newest token's attention
 
@@ -18,6 +19,7 @@ from explorer.plots import (
     inside,
     latency,
     roofline,
+    scenarios,
     serving,
     speculative,
     strip,
@@ -27,7 +29,7 @@ from explorer.plots import (
 )
 
 _MODULES = (
-    common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, why, inside,
+    common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, scenarios, why, inside,
 )  # fmt: skip
 __all__: list[str] = []
 for _m in _MODULES:
