@@ -149,7 +149,12 @@ def _add_run(fig: go.Figure, role: str, res) -> None:
 def _runs(scen, fixed) -> tuple[object, object, str | None, str]:
     """(broken, fixed, verdict, name) from a ScenarioResult or from two ServingResults."""
     if fixed is None and hasattr(scen, "broken"):
-        return scen.broken, scen.fixed, getattr(scen, "verdict", None), getattr(scen, "scenario", "")
+        return (
+            scen.broken,
+            scen.fixed,
+            getattr(scen, "verdict", None),
+            getattr(scen, "scenario", ""),
+        )
     return scen, fixed, None, ""
 
 

@@ -438,8 +438,7 @@ def scenario_html(res) -> str:
         if not isinstance(v, (dict, list))  # the runs' headlines are the table above
     )
     return (
-        f"{head}<br>{html.escape(res.why)}<br>{table}"
-        f"<small>evidence: {evidence}<br>{kind}</small>"
+        f"{head}<br>{html.escape(res.why)}<br>{table}<small>evidence: {evidence}<br>{kind}</small>"
     )
 
 
