@@ -292,6 +292,23 @@ def check_11(f: dict) -> None:
     assert "needs" in f["too_big"] and "GB" in f["too_big"]
 
 
+def check_13(f: dict) -> None:
+    for name in ("overload", "kv-exhaustion", "head-of-line", "straggler", "cold-start"):
+        assert f[name]["verdict"] and not f[name]["partial"], f"{name}: a verdict from a whole run"
+    # counts and judgements from the records, never a timing
+    assert f["overload_steady"] is False, "arrivals at 3x what the engine drains: unstable"
+    kv = f["kv_preemptions"]
+    assert kv["broken"] > 0 and kv["fixed"] == 0, "preempted with few blocks, never with many"
+    assert f["kv_blocks"]["broken"] < f["kv_blocks"]["fixed"] and f["kv_recomputed_tokens"] > 0
+    hol = f["hol"]
+    assert hol["largest_prefill"]["broken"] >= hol["long_len"], "the long prompt in one pass"
+    assert 0 < hol["largest_prefill"]["fixed"] <= hol["chunk"], "chunked: no pass above the chunk"
+    assert 0 < f["straggler_util"]["broken"] < 1, "a static batch's slots idle behind a straggler"
+    if "memory_wall" in f:  # the cost model's batch against the run's real failure
+        mw = f["memory_wall"]
+        assert mw["failed_batch"] is not None and mw["predicted_batch"] is not None, mw
+
+
 CHECKS = {
     "01": check_01,
     "02": check_02,
@@ -304,6 +321,7 @@ CHECKS = {
     "09": check_09,
     "10": check_10,
     "11": check_11,
+    "13": check_13,
 }
 
 
