@@ -5,6 +5,7 @@
     explorer scenario overload --json            # {"scenario", "broken", "fixed", "verdict", ...}
     explorer scenario overload --hardware h100   # the same preset at GPU scale (modelled)
     explorer scenario memory-wall --memory-budget 0.05
+    explorer scenario kv-exhaustion --url http://gpu-node:8000 [--fixed-url ...]  # a real server
 
 The scenarios live in explorer.serving.scenarios (one module each, registered).
 """
@@ -49,6 +50,14 @@ def add(sub) -> None:
         help="the broken run's engine (default: the scenario's own)",
     )
     p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="a server's base URL (OpenAI protocol), started with the scenario's broken flags: "
+        "the scenarios whose knobs live in the server run against it (the flags are printed)",
+    )
+    p.add_argument("--fixed-url", default=None, help="with --url: a server with the fixed flags")
+    p.add_argument("--served-model", default=None, help="with --url: the model name it serves")
     p.set_defaults(func=run)
 
 
@@ -66,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
             f"name a scenario ({', '.join(scenarios.names())}), or give --list to see them"
         )
     sc = scenarios.get(args.name)  # an unknown name: one line listing them, before any load
+    if args.url:
+        return _remote(args)
     if args.engine:
         scenarios.check_engine(args.name, args.engine)
     if args.memory_budget is not None:
@@ -90,6 +101,33 @@ def run(args: argparse.Namespace) -> int:
         _report(args, cut.scenario)
         raise
     _report(args, res)
+    return 0
+
+
+def _remote(args) -> int:
+    """--url: the scenario's workload against a server; the evidence a client sees, the flags."""
+    from explorer.model.loader import load
+    from explorer.serving.scenarios import remote
+
+    remote.check_remote(args.name)  # before any load
+    res = remote.run_remote(
+        args.name,
+        args.url,
+        fixed_url=args.fixed_url,
+        served_model=args.served_model,
+        lm=load(args.model, device=args.device),  # its tokenizer cuts the prompts
+        progress=None if args.json else (lambda t: print(f"  {t}", file=sys.stderr, flush=True)),
+    )
+    if args.json:
+        print_json(res.to_dict())
+        return 0
+    print(f"{res.scenario} against a server (measured from the client)")
+    for role in ("broken", "fixed"):
+        print(f"  start the {role} server with:")
+        for server, flags in res.knobs[role].items():
+            print(f"    {server:<19} {flags}")
+    print(f"verdict: {res.verdict}")
+    print(f"why: {res.why}")
     return 0
 
 
