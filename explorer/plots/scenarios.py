@@ -115,7 +115,8 @@ def _add_run(fig: go.Figure, role: str, res) -> None:
             row,
             1,
         )
-    if len(cols["budget"]["x"]):
+    used, budget = cols["kv"]["y"], cols["budget"]["y"]
+    if len(budget) and used.max(initial=0) >= 0.5 * budget.max():  # else it flattens the use
         fig.add_trace(
             go.Scatter(
                 name=f"{role}: KV budget",
@@ -160,7 +161,7 @@ def _runs(scen, fixed) -> tuple[object, object, str | None, str]:
 
 def scenario_figure(scen, fixed=None, *, verdict: str | None = None, title: str = "") -> go.Figure:
     """The broken run (red) beside the fixed run (green): queue, KV blocks in use with preemptions
-    marked (x) and the budget dashed, TTFT by arrival time, ITL by token time. The title carries
+    marked (x) and the budget dashed (when a run comes near it), TTFT by arrival time, ITL by token time. The title carries
     the verdict (a ScenarioResult's own, or `verdict`)."""
     broken, fixed, own, name = _runs(scen, fixed)
     verdict = verdict or own
@@ -175,8 +176,9 @@ def scenario_figure(scen, fixed=None, *, verdict: str | None = None, title: str 
         if res is not None:
             _add_run(fig, role, res)
     head = title or (f"{name}: broken vs fixed" if name else "broken vs fixed")
-    if verdict:
-        head += "<br><sup>" + "<br>".join(textwrap.wrap(verdict, 110)[:3]) + "</sup>"
+    lines = textwrap.wrap(verdict, 120)[:3] if verdict else []
+    if lines:
+        head += "<br><span style='font-size:12px'>" + "<br>".join(lines) + "</span>"
     for row, (_, _, unit) in enumerate(PANELS, start=1):
         fig.update_yaxes(title_text=unit, rangemode="tozero", row=row, col=1)
     fig.update_xaxes(autorangeoptions=dict(include=[0]))
@@ -184,10 +186,10 @@ def scenario_figure(scen, fixed=None, *, verdict: str | None = None, title: str 
     _no_kv_note(fig, broken, fixed)
     return _house_style(
         fig,
-        height=820,
+        height=840 + 16 * len(lines),
         title=dict(text=head, x=0.01, xanchor="left"),
-        legend=dict(orientation="h", x=0, y=-0.06, yanchor="top"),
-        margin=dict(l=60, r=20, t=110, b=90),
+        legend=dict(orientation="h", x=0, y=-0.09, yanchor="top"),
+        margin=dict(l=60, r=20, t=100 + 16 * len(lines), b=100),
     )
 
 
