@@ -94,10 +94,15 @@ class Context:
             raise ValueError(
                 f"the {scenario} scenario has no model in the simulator: run it without --hardware"
             )
-        if engine != "continuous" and scenario != "straggler":
-            raise ValueError("--hardware models a continuous-batching server (vLLM-like) only")
         from explorer.model.loader import arch_info
+        from explorer.serving.simulate.policy import modelled
         from explorer.serving.simulate.whatif import chip_model
+
+        if engine not in modelled():
+            raise ValueError(
+                f"--hardware: the simulator has no model of the {engine} engine "
+                f"(it models {', '.join(modelled())})"
+            )
 
         info = lm.info if lm is not None else arch_info(model or DEFAULT_ARCH, "bfloat16")
         step, paper = chip_model(info, hardware)
@@ -110,18 +115,23 @@ class Context:
     def stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()
 
-    def serve(self, plan: Plan) -> ServingResult:
-        """Run the plan (measured or modelled); the result joins self.results."""
+    def requests(self, workload: Workload, lm=None) -> list[Request]:
+        """The workload's requests: tokenized by the model (measured), token ids (modelled)."""
+        if self.modelled:
+            return workload.requests(vocab_size=self.info.vocab_size)
+        return workload.requests(lm or self.lm)
+
+    def serve(self, plan: Plan, lm=None) -> ServingResult:
+        """Run the plan (measured on lm, default the context's; or modelled); the result joins
+        self.results."""
         where = f"modelled on {self.hardware}" if self.modelled else "measured"
         self.say(f"{plan.label} run ({plan.engine}, {where})")
-        res = self._simulate(plan) if self.modelled else self._measure(plan)
+        res = self._simulate(plan) if self.modelled else self._measure(plan, lm or self.lm)
         self.results.append(res)
         return res
 
-    def _measure(self, plan: Plan) -> ServingResult:
-        return serve(
-            self.lm, plan.workload, plan.engine, stop=self.stop, label=plan.label, **plan.knobs
-        )
+    def _measure(self, plan: Plan, lm) -> ServingResult:
+        return serve(lm, plan.workload, plan.engine, stop=self.stop, label=plan.label, **plan.knobs)
 
     def _simulate(self, plan: Plan) -> ServingResult:
         from explorer.serving.simulate import simulate

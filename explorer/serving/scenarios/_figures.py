@@ -42,10 +42,11 @@ def ms(x: float | None) -> str:
 def slot_utilisation(res: ServingResult) -> float | None:
     """Busy rows / the rows a batch may hold, over the iterations that decode: the engine's batch
     limit (static max_batch: a batch holds its rows, finished or padding, until its longest
-    request ends; continuous max_requests_per_batch). None when the run has no such limit."""
+    request ends; continuous max_requests_per_batch, a row prefilling a new request busy too).
+    None when the run has no such limit."""
     limit = res.engine.get("max_batch") or res.engine.get("max_requests_per_batch")
-    decoding = [it.decode_requests for it in res.iterations if it.decode_requests]
-    return sum(decoding) / (limit * len(decoding)) if limit and decoding else None
+    busy = [i.decode_requests + i.prefill_requests for i in res.iterations if i.decode_requests]
+    return sum(busy) / (limit * len(busy)) if limit and busy else None
 
 
 def recomputed_tokens(res: ServingResult) -> int:

@@ -3,7 +3,7 @@
 Calibration first (measured: a burst through the same engine gives the requests/s it drains;
 modelled: the step model's saturation rate), then Poisson arrivals at OVERLOAD x that rate
 (broken), and the fix: capacity, REPLICAS replicas sharing the same arrivals, each seeing
-1 / REPLICAS of the rate (one replica measured: a third of the requests at a third of the rate).
+1 / REPLICAS of the rate (one replica measured: as many requests at 1 / REPLICAS of the rate).
 The verdict is explorer.serving.steady's trend test on the broken run's records, the TTFT of its
 last quarter of requests against its first quarter, and what its first SHORT requests alone
 (a short benchmark at the same rate) would have shown.
@@ -19,10 +19,11 @@ from explorer.serving.scenarios._figures import headline, ms, percentile_ms, rat
 from explorer.serving.steady import judge
 from explorer.serving.workload import Workload
 
-OVERLOAD = 1.6  # the broken run's rate / the calibrated capacity
+OVERLOAD = 3.0  # the broken run's rate / the calibrated capacity
 TARGET_LOAD = 0.6  # each replica's share of the capacity after the fix (at most)
 SHORT = 24  # the short benchmark the broken run's first requests stand for
-LOCAL = {"input_len": 16, "output_len": 16, "num_prompts": 64}
+LOCAL = {"input_len": 16, "output_len": 8, "num_prompts": 48}
+CALIBRATION = 32  # requests of the burst that measures what the engine drains
 MODELLED = {"input_len": 512, "output_len": 128, "num_prompts": 600}
 
 
@@ -55,16 +56,20 @@ class Overload(Scenario):
             cap = ctx.capacity_rps(s["input_len"], s["output_len"])
             ctx.notes.update(capacity_rps=cap, capacity_from="modelled saturation rate")
             return
-        calib = Workload(num_prompts=16, input_len=s["input_len"], output_len=s["output_len"])
+        calib = Workload(
+            num_prompts=CALIBRATION, input_len=s["input_len"], output_len=s["output_len"]
+        )
         res = ctx.serve(Plan("calibration (burst)", calib, ctx.engine))
         ctx.results.remove(res)  # not one of the scenario's two runs
         cap = res.result["request_throughput"]
-        ctx.notes.update(capacity_rps=cap, capacity_from="measured: a burst of 16 requests")
+        ctx.notes.update(
+            capacity_rps=cap, capacity_from=f"measured: a burst of {CALIBRATION} requests"
+        )
 
     def workload(self, ctx, share: int) -> Workload:
         s, cap = self.sizes(ctx), self.notes_capacity(ctx)
         return Workload(
-            num_prompts=s["num_prompts"] // share,
+            num_prompts=s["num_prompts"],
             arrival="poisson",
             request_rate=OVERLOAD * cap / share,
             input_len=s["input_len"],
