@@ -33,7 +33,7 @@ def _run(label: str, preempt_at: set[int], *, iterations: bool = True, **meta) -
 def test_broken_and_fixed_share_the_charts_with_preemptions_marked_and_the_verdict_in_the_title():
     broken, fixed = _run("few blocks", {2, 5}), _run("many blocks", set())
     scen = SimpleNamespace(
-        broken=broken, fixed=fixed, verdict="4 preemptions", name="kv-exhaustion"
+        broken=broken, fixed=fixed, verdict="4 preemptions", scenario="kv-exhaustion"
     )
     fig = plots.scenario_figure(scen)
     assert "kv-exhaustion" in fig.layout.title.text and "4 preemptions" in fig.layout.title.text

@@ -26,7 +26,8 @@ def test_the_server_flags_come_from_the_scenarios_own_knobs():
 
 def test_only_scenarios_whose_knobs_live_in_a_server_run_remotely():
     names = remote.remote_names()
-    assert {"kv-exhaustion", "head-of-line"} <= set(names) and "overload" not in names
+    assert {"kv-exhaustion", "head-of-line"} <= set(names)
+    assert not {"overload", "memory-wall", "cold-start", "straggler"} & set(names)
     with pytest.raises(ValueError, match=r"overload scenario turns no engine knob.*--url takes"):
         remote.check_remote("overload")
     with pytest.raises(ValueError, match="unknown scenario 'nope'"):

@@ -61,11 +61,16 @@ NOTE = (
 
 
 def server_knobs(name: str) -> list[str]:
-    """The knobs the scenario `name` turns that live in a server ([] : it cannot run remotely)."""
+    """The knobs the scenario `name` turns that live in a server ([]: it cannot run remotely).
+    A scenario that runs its own way (memory-wall probes batches in child processes: a server
+    would fail at start-up instead) has no broken and fixed workload to send."""
     from explorer.serving import scenarios
+    from explorer.serving.scenarios import Scenario
 
-    needs = scenarios.get(name).needs
-    return [k for k in needs if k in SERVER_FLAGS] if set(needs) <= set(SERVER_FLAGS) else []
+    sc = scenarios.get(name)
+    if type(sc).execute is not Scenario.execute or not set(sc.needs) <= set(SERVER_FLAGS):
+        return []
+    return list(sc.needs)
 
 
 def remote_names() -> tuple[str, ...]:
