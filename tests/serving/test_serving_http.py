@@ -174,12 +174,14 @@ def test_a_server_side_scenario_runs_against_the_server_and_says_which_flags_it_
     assert f"--num-gpu-blocks-override {blocks} " in res.knobs["broken"]["vLLM"]
     names = {t.name for t in plots.scenario_figure(res).data}
     assert f"broken: {res.broken.label} (measured)" in names
+    out = json.loads(json.dumps(res.to_dict(), default=str))  # what --json prints
+    assert out["broken"]["completed"] == n and out["fixed"] is None
+    assert out["server_knobs"]["fixed"]["vLLM"].endswith(f"--block-size {kv.LOCAL['page_size']}")
+    # the CLI refuses a scenario whose knob is not a server's, before loading anything
     from explorer.cli import main
 
-    assert main(["scenario", "kv-exhaustion", "--url", server, "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["scenario"] == "kv-exhaustion" and out["broken"]["completed"] == n
-    assert out["server_knobs"]["fixed"]["vLLM"] and out["fixed"] is None
+    assert main(["scenario", "overload", "--url", server]) != 0
+    assert "--url takes kv-exhaustion" in capsys.readouterr().err
 
 
 def test_a_wrong_model_name_fails_before_the_run_naming_what_is_served(target, server):
