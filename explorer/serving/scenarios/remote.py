@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from explorer.serving.run import ServingResult, serve
+from explorer.serving.workload import Workload
 
 STALL = 5.0  # a gap above STALL x the run's median ITL is a stall a user notices
 # the continuous engine's knobs that a server sets at start-up: server -> flag (None: it has none)
@@ -46,6 +47,7 @@ SERVER_FLAGS: dict[str, dict[str, str | None]] = {
         "transformers serve": None,
     },
 }
+WARMUP = Workload(num_prompts=4, input_len=16, output_len=8, seed=99)  # not measured
 SERVERS = ("vLLM", "SGLang", "transformers serve")
 BASE = {  # how each server is started with its scheduler recorded here
     "vLLM": "vllm serve MODEL",
@@ -239,16 +241,20 @@ def run_remote(
     lm=None,
     stop: threading.Event | None = None,
     progress: Callable[[str], None] | None = None,
+    warmup: bool = True,
 ) -> RemoteResult:
     """Send the scenario's workload to the server started with its broken flags (and to one started
     with its fixed flags, if given); read the evidence a client sees. lm cuts the text prompts with
-    its tokenizer (each server tokenizes them itself); the flags are in RemoteResult.knobs."""
+    its tokenizer (each server tokenizes them itself); the flags are in RemoteResult.knobs.
+    warmup: a few requests to each server first, not measured."""
     check_remote(name)
     broken_plan, fixed_plan = plans(name, lm)
     runs = {}
     for role, url, plan in (("broken", base_url, broken_plan), ("fixed", fixed_url, fixed_plan)):
         if url is None or (stop is not None and stop.is_set()):
             continue
+        if warmup:  # a server that just started is cold (the cold-start scenario): not measured
+            serve(lm, WARMUP, "http", stop=stop, base_url=url, served_model=served_model)
         if progress:
             progress(f"{role} run against {url} ({plan.label})")
         runs[role] = serve(
