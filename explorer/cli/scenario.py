@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
             f"name a scenario ({', '.join(scenarios.names())}), or give --list to see them"
         )
     sc = scenarios.get(args.name)  # an unknown name: one line listing them, before any load
+    if args.hardware:
+        scenarios.check_modelled(sc.name)
     if args.engine:
         scenarios.check_engine(args.name, args.engine)
     if args.memory_budget is not None:

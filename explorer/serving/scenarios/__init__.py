@@ -173,6 +173,14 @@ def check_engine(name: str, engine: str) -> None:
             )
 
 
+def check_modelled(name: str) -> None:
+    """ValueError (one line) when the scenario has no model in the simulator (--hardware)."""
+    if not get(name).model_ok:
+        raise ValueError(
+            f"the {name} scenario has no model in the simulator: run it without --hardware"
+        )
+
+
 def run(
     name: str,
     lm,
@@ -189,6 +197,8 @@ def run(
     if engine is not None:
         engines.get(engine)  # an unknown engine: its own one line
         check_engine(name, engine)
+    if hardware is not None:
+        check_modelled(name)
     if memory_budget_gb is not None:
         check_memory_budget(memory_budget_gb, "cpu" if lm is None else lm.device)
     ctx = Context.build(
@@ -200,14 +210,18 @@ def run(
         progress=progress,
         memory_budget_gb=memory_budget_gb,
         scenario=name,
-        model_ok=sc.model_ok,
     )
     try:
         broken, fixed = sc.execute(ctx)
     except RunInterrupted as err:
         part = _partial(sc, ctx, *_cut(ctx, err.result))
         raise ScenarioInterrupted(part, err.result) from None
-    if fixed is None or _partial_run(broken) or _partial_run(fixed):
+    if (
+        ctx.stopped()
+        or (broken, fixed) == (None, None)
+        or _partial_run(broken)
+        or _partial_run(fixed)
+    ):
         return _partial(sc, ctx, broken, fixed)
     ev = sc.evidence(broken, fixed, ctx.notes)
     return ScenarioResult(
@@ -275,6 +289,7 @@ __all__ = [
     "ScenarioResult",
     "check_engine",
     "check_memory_budget",
+    "check_modelled",
     "engine_takes",
     "get",
     "names",

@@ -96,9 +96,10 @@ class HeadOfLine(Scenario):
         b, f = ev["broken"], ev["fixed"]
         return (
             f"the {ev['long_len']}-token prompt prefilled in one pass ({b['largest_prefill_tokens']} "
-            f"prefill tokens, {ms(b['slowest_iteration_ms'])}) puts the others' p99 ITL at "
-            f"{ms(b['others_p99_itl_ms'])}, {times(ev['others_p99_itl_ratio'])} the chunked run's "
-            f"{ms(f['others_p99_itl_ms'])} (chunks of {f['max_batch_tokens']}); the long prompt's "
-            f"TTFT rises {times(ev['long_ttft_ratio'])} ({ms(b['long_ttft_ms'])} -> "
-            f"{ms(f['long_ttft_ms'])})"
+            f"prefill tokens, {ms(b['slowest_iteration_ms'])}) stalls the others: their longest "
+            f"gap between tokens {ms(b['others_max_itl_ms'])} vs {ms(f['others_max_itl_ms'])} "
+            f"in chunks of {f['max_batch_tokens']}, p99 ITL {ms(b['others_p99_itl_ms'])} vs "
+            f"{ms(f['others_p99_itl_ms'])} ({times(ev['others_p99_itl_ratio'])}); the long "
+            f"prompt's TTFT {ms(b['long_ttft_ms'])} -> {ms(f['long_ttft_ms'])} "
+            f"({times(ev['long_ttft_ratio'])})"
         )
