@@ -54,7 +54,6 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from explorer.serving import scenarios
-    from explorer.serving.scenarios._context import check_memory_budget
 
     if args.list:
         for name in scenarios.names():
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine:
         scenarios.check_engine(args.name, args.engine)
     if args.memory_budget is not None:
-        check_memory_budget(args.memory_budget)
+        scenarios.check_budget(sc.name, args.memory_budget)
     lm = None
     if args.hardware is None or (args.model and not args.model.startswith("arch:")):
         from explorer.model.loader import load

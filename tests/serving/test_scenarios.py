@@ -232,6 +232,8 @@ def test_a_stop_keeps_the_cut_run_marked_partial(target):
         (["scenario", "memory-wall", "--memory-budget", "1e9"], "more than this machine has"),
         (["scenario", "kv-exhaustion", "--engine", "static"], "needs the continuous engine's"),
         (["scenario", "cold-start", "--hardware", "h100"], "has no model in the simulator"),
+        (["scenario", "overload", "--memory-budget", "1"], "has no memory budget"),
+        (["scenario", "memory-wall", "--memory-budget", "-1"], "must be a number of GB > 0"),
     ],
 )
 def test_bad_input_is_one_line(capsys, argv, line):

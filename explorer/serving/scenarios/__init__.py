@@ -93,6 +93,7 @@ class Scenario:
     why: ClassVar[str]  # three sentences: what breaks, why, what fixes it
     fix: ClassVar[str]  # the fix in a few words
     model_ok: ClassVar[bool] = True  # has a modelled (--hardware) version in the simulator
+    takes_budget: ClassVar[bool] = False  # runs under memory_budget_gb
     order: ClassVar[int] = 0
 
     # --- what a scenario defines ------------------------------------------------------------------
@@ -181,6 +182,16 @@ def check_modelled(name: str) -> None:
         )
 
 
+def check_budget(name: str, gb: float, device="cpu") -> None:
+    """ValueError (one line) for a memory budget the scenario does not take, or one that is not
+    below what the device has available (refused before anything runs)."""
+    if not get(name).takes_budget:
+        raise ValueError(
+            f"--memory-budget: the {name} scenario has no memory budget (memory-wall has)"
+        )
+    check_memory_budget(gb, device)
+
+
 def run(
     name: str,
     lm,
@@ -200,7 +211,7 @@ def run(
     if hardware is not None:
         check_modelled(name)
     if memory_budget_gb is not None:
-        check_memory_budget(memory_budget_gb, "cpu" if lm is None else lm.device)
+        check_budget(name, memory_budget_gb, "cpu" if lm is None else lm.device)
     ctx = Context.build(
         lm,
         hardware=hardware,
@@ -216,12 +227,8 @@ def run(
     except RunInterrupted as err:
         part = _partial(sc, ctx, *_cut(ctx, err.result))
         raise ScenarioInterrupted(part, err.result) from None
-    if (
-        ctx.stopped()
-        or (broken, fixed) == (None, None)
-        or _partial_run(broken)
-        or _partial_run(fixed)
-    ):
+    cut = _partial_run(broken) or _partial_run(fixed)
+    if ctx.stopped() or cut or (broken is None and fixed is None):
         return _partial(sc, ctx, broken, fixed)
     ev = sc.evidence(broken, fixed, ctx.notes)
     return ScenarioResult(
@@ -287,6 +294,7 @@ __all__ = [
     "Scenario",
     "ScenarioInterrupted",
     "ScenarioResult",
+    "check_budget",
     "check_engine",
     "check_memory_budget",
     "check_modelled",

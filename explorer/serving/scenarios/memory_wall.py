@@ -89,7 +89,7 @@ class MemoryWall(Scenario):
     name, order = "memory-wall", 50
     title = "memory wall: the KV cache of batch x context outgrows the memory"
     needs = ("num_blocks",)
-    model_ok = False
+    model_ok, takes_budget = False, True
     fix = "a batch the memory holds (or more memory, a smaller KV dtype)"
     why = (
         "Every request in flight keeps a KV cache that grows with its context, so the memory a "
