@@ -50,9 +50,16 @@ def result(records, iterations=(), engine=None, workload=None):
 
 def it(index, decode=0, prefill=0, prefill_tokens=0, preempted=0, rows=None, seconds=0.01):
     return Iteration(
-        index, index * seconds, (index + 1) * seconds, decode, prefill, prefill_tokens,
-        decode + prefill_tokens, preempted=preempted, passes=rows,
-    )  # fmt: skip
+        index,
+        index * seconds,
+        (index + 1) * seconds,
+        decode,
+        prefill,
+        prefill_tokens,
+        decode + prefill_tokens,
+        preempted=preempted,
+        passes=rows,
+    )
 
 
 # --- the registry -------------------------------------------------------------------------------
@@ -89,12 +96,19 @@ def test_an_engine_without_the_knob_says_which_engine_has_it():
 def test_kv_evidence_counts_preemptions_and_recomputed_work():
     sc = scenarios.get("kv-exhaustion")
     recs = [rec(i, 0.0, [0.1, 0.2, 0.3 + 2.0 * (i == 0)], input_len=8) for i in range(3)]
-    its = [it(0, prefill=3, prefill_tokens=24), it(1, decode=2, preempted=1),
-           it(2, prefill=1, prefill_tokens=9), it(3, decode=3)]  # fmt: skip
+    its = [
+        it(0, prefill=3, prefill_tokens=24),
+        it(1, decode=2, preempted=1),
+        it(2, prefill=1, prefill_tokens=9),
+        it(3, decode=3),
+    ]
     broken = result(recs, its, {"engine": "continuous", "num_blocks": 2})
     healthy = [rec(i, 0.0, [0.1, 0.2, 0.3], input_len=8) for i in range(3)]
-    fixed = result(healthy, [it(0, prefill=3, prefill_tokens=24), it(1, decode=3)],
-                   {"engine": "continuous", "num_blocks": 8})  # fmt: skip
+    fixed = result(
+        healthy,
+        [it(0, prefill=3, prefill_tokens=24), it(1, decode=3)],
+        {"engine": "continuous", "num_blocks": 8},
+    )
     ev = sc.evidence(broken, fixed, {})
     assert ev["broken"]["preemptions"] == 1 and ev["fixed"]["preemptions"] == 0
     assert ev["broken"]["recomputed_tokens"] == 9  # 33 prefilled - 3 prompts of 8
@@ -123,14 +137,21 @@ def test_head_of_line_evidence_separates_the_long_prompt():
     shorts = [rec(i, 0.0, [0.1, 0.2, 1.2, 1.3]) for i in range(3)]
     long = rec(9, 0.15, [1.2], input_len=100)
     long.id = head_of_line.LONG_ID
-    broken = result([*shorts, long], [it(0, prefill_tokens=100, seconds=1.0)],
-                    {"engine": "continuous", "max_batch_tokens": 200})  # fmt: skip
+    broken = result(
+        [*shorts, long],
+        [it(0, decode=3, prefill_tokens=100, seconds=1.0)],
+        {"engine": "continuous", "max_batch_tokens": 200},
+    )
     fixed_shorts = [rec(i, 0.0, [0.1, 0.2, 0.3, 0.4]) for i in range(3)]
     late = rec(9, 0.15, [1.5], input_len=100)
     late.id = head_of_line.LONG_ID
-    fixed = result([*fixed_shorts, late], [it(0, prefill_tokens=20)],
-                   {"engine": "continuous", "max_batch_tokens": 20})  # fmt: skip
-    ev = sc.evidence(broken, fixed, {})
+    fixed = result(
+        [*fixed_shorts, late],
+        [it(0, prefill_tokens=20)],
+        {"engine": "continuous", "max_batch_tokens": 20},
+    )
+    ev = sc.evidence(broken, fixed, {"long_at": 0.15})
+    assert ev["broken"]["decodes_in_largest_prefill"] == 3
     assert ev["broken"]["others_max_itl_ms"] == pytest.approx(1000)
     assert ev["fixed"]["others_max_itl_ms"] == pytest.approx(100)
     assert ev["broken"]["largest_prefill_tokens"] == 100 and ev["long_len"] == 100
@@ -141,12 +162,16 @@ def test_head_of_line_evidence_separates_the_long_prompt():
 def test_slot_utilisation_of_a_static_batch_waiting_for_its_straggler():
     sc = scenarios.get("straggler")
     # a batch of 4 slots: 4 rows decode, then 1, 1, 1 (the straggler)
-    static_its = [it(0, prefill=4, prefill_tokens=16)] + [it(i, decode=d) for i, d in
-                                                        enumerate((4, 1, 1, 1), 1)]  # fmt: skip
+    static_its = [it(0, prefill=4, prefill_tokens=16)] + [
+        it(i, decode=d) for i, d in enumerate((4, 1, 1, 1), 1)
+    ]
     recs = [rec(i, 0.0, [0.1, 0.2]) for i in range(4)]
     broken = result(recs, static_its, {"engine": "static", "max_batch": 4})
-    fixed = result(recs, [it(0, decode=4), it(1, decode=3, prefill=1)],
-                   {"engine": "continuous", "max_requests_per_batch": 4})  # fmt: skip
+    fixed = result(
+        recs,
+        [it(0, decode=4), it(1, decode=3, prefill=1)],
+        {"engine": "continuous", "max_requests_per_batch": 4},
+    )
     ev = sc.evidence(broken, fixed, {})
     assert ev["broken"]["slot_utilisation"] == pytest.approx(7 / 16)
     assert ev["fixed"]["slot_utilisation"] == pytest.approx(1.0)

@@ -75,13 +75,17 @@ def find_wall(fits, predicted: int, stopped=lambda: False) -> tuple[int, int | N
 def knobs_for(batch: int) -> dict:
     s = SIZES
     per = math.ceil((s["input_len"] + s["output_len"]) / s["page_size"])
-    return {"num_blocks": batch * per, "page_size": s["page_size"],
-            "max_batch_tokens": s["max_batch_tokens"]}  # fmt: skip
+    return {
+        "num_blocks": batch * per,
+        "page_size": s["page_size"],
+        "max_batch_tokens": s["max_batch_tokens"],
+    }
 
 
 def workload(batch: int) -> Workload:
-    return Workload(num_prompts=batch, input_len=SIZES["input_len"],
-                    output_len=SIZES["output_len"], seed=0)  # fmt: skip
+    return Workload(
+        num_prompts=batch, input_len=SIZES["input_len"], output_len=SIZES["output_len"], seed=0
+    )
 
 
 @register
