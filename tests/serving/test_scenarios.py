@@ -73,6 +73,9 @@ def test_registry_lists_every_scenario_with_its_knobs_and_why():
         for knob in sc.needs:  # each knob it turns is one its engine has
             assert scenarios.engine_takes(sc.engine, knob), (name, knob)
     assert scenarios.get("kv-exhaustion").needs == ("num_blocks",)
+    rows = {row["name"]: row for row in scenarios.catalog()}
+    assert rows["memory-wall"]["takes_budget"] and not rows["cold-start"]["model_ok"]
+    assert rows["straggler"]["engine"] == "static" and rows["straggler"]["needs"] == ["max_batch"]
 
 
 def test_unknown_scenario_lists_them():

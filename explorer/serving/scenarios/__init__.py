@@ -5,6 +5,7 @@
 
     scenarios.names()                    # ('overload', 'kv-exhaustion', 'head-of-line', ...)
     sc = scenarios.get("kv-exhaustion")  # .title, .engine, .needs (its knobs), .why, .fix
+    scenarios.catalog()                  # the same for every scenario, as plain dicts
     res = scenarios.run("kv-exhaustion", load("bundled:target"))     # measured on this machine
     res.verdict        # "6 preemptions with 4 KV blocks, 0 with 64; ..."
     res.evidence       # the figures the verdict rests on, computed from the two runs' records
@@ -156,6 +157,19 @@ def get(name: str) -> Scenario:
     return _SCENARIOS[name]
 
 
+def catalog() -> list[dict]:
+    """Every scenario as plain data (for a picker or an http listing): name, title, engine,
+    needs (its knobs), fix, why, model_ok (has a --hardware model), takes_budget."""
+    out = []
+    for name in names():
+        sc = get(name)
+        out.append({
+            "name": name, "title": sc.title, "engine": sc.engine, "needs": list(sc.needs),
+            "fix": sc.fix, "why": sc.why, "model_ok": sc.model_ok, "takes_budget": sc.takes_budget,
+        })  # fmt: skip
+    return out
+
+
 def engine_takes(engine: str, knob: str) -> bool:
     """Whether `engine` has `knob` among its Knobs or its constructor's keywords."""
     cls = engines.get(engine)
@@ -298,6 +312,7 @@ __all__ = [
     "check_engine",
     "check_memory_budget",
     "check_modelled",
+    "catalog",
     "engine_takes",
     "get",
     "names",
