@@ -63,7 +63,6 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from explorer.serving import scenarios
-    from explorer.serving.scenarios._context import check_memory_budget
 
     if args.list:
         for name in scenarios.names():
@@ -77,10 +76,12 @@ def run(args: argparse.Namespace) -> int:
     sc = scenarios.get(args.name)  # an unknown name: one line listing them, before any load
     if args.url:
         return _remote(args)
+    if args.hardware:
+        scenarios.check_modelled(sc.name)
     if args.engine:
         scenarios.check_engine(args.name, args.engine)
     if args.memory_budget is not None:
-        check_memory_budget(args.memory_budget)
+        scenarios.check_budget(sc.name, args.memory_budget)
     lm = None
     if args.hardware is None or (args.model and not args.model.startswith("arch:")):
         from explorer.model.loader import load

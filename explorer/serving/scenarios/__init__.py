@@ -5,6 +5,7 @@
 
     scenarios.names()                    # ('overload', 'kv-exhaustion', 'head-of-line', ...)
     sc = scenarios.get("kv-exhaustion")  # .title, .engine, .needs (its knobs), .why, .fix
+    scenarios.catalog()                  # the same for every scenario, as plain dicts
     res = scenarios.run("kv-exhaustion", load("bundled:target"))     # measured on this machine
     res.verdict        # "6 preemptions with 4 KV blocks, 0 with 64; ..."
     res.evidence       # the figures the verdict rests on, computed from the two runs' records
@@ -93,6 +94,7 @@ class Scenario:
     why: ClassVar[str]  # three sentences: what breaks, why, what fixes it
     fix: ClassVar[str]  # the fix in a few words
     model_ok: ClassVar[bool] = True  # has a modelled (--hardware) version in the simulator
+    takes_budget: ClassVar[bool] = False  # runs under memory_budget_gb
     order: ClassVar[int] = 0
 
     # --- what a scenario defines ------------------------------------------------------------------
@@ -155,6 +157,19 @@ def get(name: str) -> Scenario:
     return _SCENARIOS[name]
 
 
+def catalog() -> list[dict]:
+    """Every scenario as plain data (for a picker or an http listing): name, title, engine,
+    needs (its knobs), fix, why, model_ok (has a --hardware model), takes_budget."""
+    out = []
+    for name in names():
+        sc = get(name)
+        out.append({
+            "name": name, "title": sc.title, "engine": sc.engine, "needs": list(sc.needs),
+            "fix": sc.fix, "why": sc.why, "model_ok": sc.model_ok, "takes_budget": sc.takes_budget,
+        })  # fmt: skip
+    return out
+
+
 def engine_takes(engine: str, knob: str) -> bool:
     """Whether `engine` has `knob` among its Knobs or its constructor's keywords."""
     cls = engines.get(engine)
@@ -173,6 +188,24 @@ def check_engine(name: str, engine: str) -> None:
             )
 
 
+def check_modelled(name: str) -> None:
+    """ValueError (one line) when the scenario has no model in the simulator (--hardware)."""
+    if not get(name).model_ok:
+        raise ValueError(
+            f"the {name} scenario has no model in the simulator: run it without --hardware"
+        )
+
+
+def check_budget(name: str, gb: float, device="cpu") -> None:
+    """ValueError (one line) for a memory budget the scenario does not take, or one that is not
+    below what the device has available (refused before anything runs)."""
+    if not get(name).takes_budget:
+        raise ValueError(
+            f"--memory-budget: the {name} scenario has no memory budget (memory-wall has)"
+        )
+    check_memory_budget(gb, device)
+
+
 def run(
     name: str,
     lm,
@@ -189,8 +222,10 @@ def run(
     if engine is not None:
         engines.get(engine)  # an unknown engine: its own one line
         check_engine(name, engine)
+    if hardware is not None:
+        check_modelled(name)
     if memory_budget_gb is not None:
-        check_memory_budget(memory_budget_gb, "cpu" if lm is None else lm.device)
+        check_budget(name, memory_budget_gb, "cpu" if lm is None else lm.device)
     ctx = Context.build(
         lm,
         hardware=hardware,
@@ -200,14 +235,14 @@ def run(
         progress=progress,
         memory_budget_gb=memory_budget_gb,
         scenario=name,
-        model_ok=sc.model_ok,
     )
     try:
         broken, fixed = sc.execute(ctx)
     except RunInterrupted as err:
         part = _partial(sc, ctx, *_cut(ctx, err.result))
         raise ScenarioInterrupted(part, err.result) from None
-    if fixed is None or _partial_run(broken) or _partial_run(fixed):
+    cut = _partial_run(broken) or _partial_run(fixed)
+    if ctx.stopped() or cut or (broken is None and fixed is None):
         return _partial(sc, ctx, broken, fixed)
     ev = sc.evidence(broken, fixed, ctx.notes)
     return ScenarioResult(
@@ -273,8 +308,11 @@ __all__ = [
     "Scenario",
     "ScenarioInterrupted",
     "ScenarioResult",
+    "check_budget",
     "check_engine",
     "check_memory_budget",
+    "check_modelled",
+    "catalog",
     "engine_takes",
     "get",
     "names",

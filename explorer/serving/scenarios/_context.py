@@ -82,17 +82,12 @@ class Context:
         progress,
         memory_budget_gb,
         scenario,
-        model_ok,
     ) -> Context:
         if hardware is None:
             if lm is None:
                 raise ValueError(f"the {scenario} scenario runs a loaded model: give one")
             return cls(
                 lm, lm.info, engine, stop=stop, progress=progress, memory_budget_gb=memory_budget_gb
-            )
-        if not model_ok:
-            raise ValueError(
-                f"the {scenario} scenario has no model in the simulator: run it without --hardware"
             )
         from explorer.model.loader import arch_info
         from explorer.serving.simulate.policy import modelled

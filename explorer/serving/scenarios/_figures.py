@@ -16,6 +16,7 @@ def headline(res: ServingResult) -> dict:
     hand-made run gets them too), with the engine's preemptions and its slot utilisation."""
     s = summarise(res.records)
     out = {k: s.get(k) for k in HEADLINE}
+    out["max_itl_ms"] = percentile_ms([x for r in res.records for x in r.itl], 100)
     out["preemptions"] = preemptions(res)
     out["slot_utilisation"] = slot_utilisation(res)
     return out

@@ -20,8 +20,13 @@ from explorer.serving.scenarios import Plan, Scenario, register
 from explorer.serving.scenarios._figures import headline, ms, percentile_ms, ratio, times
 from explorer.serving.workload import Workload
 
-WORKLOAD = {"num_prompts": 12, "arrival": "fixed", "request_rate": 40.0, "input_len": 16,
-            "output_len": 8}  # fmt: skip
+WORKLOAD = {
+    "num_prompts": 12,
+    "arrival": "fixed",
+    "request_rate": 40.0,
+    "input_len": 16,
+    "output_len": 8,
+}
 OUTLIER = 3.0  # a TTFT above this many times the warm run's median is an outlier
 
 

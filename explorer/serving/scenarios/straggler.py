@@ -47,8 +47,9 @@ class Straggler(Scenario):
         )
 
     def broken(self, ctx) -> Plan:
-        return Plan(f"static batches of {SLOTS}", self.workload(ctx), ctx.engine,
-                    {"max_batch": SLOTS})  # fmt: skip
+        return Plan(
+            f"static batches of {SLOTS}", self.workload(ctx), ctx.engine, {"max_batch": SLOTS}
+        )
 
     def fixed(self, ctx) -> Plan:
         knobs = {"max_requests_per_batch": SLOTS}
@@ -59,8 +60,11 @@ class Straggler(Scenario):
         b, f = headline(broken), headline(fixed)
         for side, res in ((b, broken), (f, fixed)):
             s = res.result
-            side.update(p99_e2el_ms=s.get("p99_e2el_ms"), duration_s=s.get("duration"),
-                        p99_queue_ms=s.get("p99_queue_ms"))  # fmt: skip
+            side.update(
+                p99_e2el_ms=s.get("p99_e2el_ms"),
+                duration_s=s.get("duration"),
+                p99_queue_ms=s.get("p99_queue_ms"),
+            )
         return {
             "slots": SLOTS,
             "output_len_median": lens[len(lens) // 2] if lens else None,
