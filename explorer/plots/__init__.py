@@ -7,6 +7,7 @@
     sweeps        the registered sweeps' charts (explorer.sweeps)
     pays          where a trick pays: speedup over a setting by regime, the atlas of all tricks
     serving       many requests: Gantt, ITL timeline, latency CDFs, engine state, Pareto
+    scenarios     seeing it break: a failure scenario's broken run beside its fixed run
     why           one step's split (floors + overhead), the profiler breakdown, the trust table
     inside        logit lens and the newest token's attention
 
@@ -20,6 +21,7 @@ from explorer.plots import (
     latency,
     pays,
     roofline,
+    scenarios,
     serving,
     speculative,
     strip,
@@ -29,8 +31,8 @@ from explorer.plots import (
 )
 
 _MODULES = (
-    common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, why, inside,
-    pays,
+    common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, scenarios,
+    why, inside, pays,
 )  # fmt: skip
 __all__: list[str] = []
 for _m in _MODULES:

@@ -3,6 +3,7 @@ bundled target on 127.0.0.1 (a free port, started and stopped here; nothing leav
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -151,6 +152,36 @@ def test_the_cli_runs_http_without_a_local_model(server, tmp_path, capsys):
     assert "Successful requests:" in capsys.readouterr().out
     back = ServingResult.load(out)
     assert back.result["completed"] == 3 and [r.output_len for r in back.records] == [5, 5, 5]
+
+
+def test_a_server_side_scenario_runs_against_the_server_and_says_which_flags_it_needs(
+    target, server, capsys
+):
+    """kv-exhaustion sent to this server (whatever its flags): the evidence a client sees, the
+    flags that would break and fix it, and the same through `explorer scenario --url`."""
+    from explorer import plots
+    from explorer.serving.scenarios import kv_exhaustion as kv
+    from explorer.serving.scenarios import remote
+
+    res = remote.run_remote("kv-exhaustion", server, lm=target)
+    n = kv.LOCAL["num_prompts"]
+    assert res.broken.meta["status"] == "complete" and res.fixed is None and not res.partial
+    ev = res.evidence["broken"]
+    assert ev["requests"] == n and ev["failed"] == 0 and ev["median_itl_ms"] > 0
+    assert f"0 of {n} requests failed" in res.verdict
+    blocks = kv.blocks_for(kv.LOCAL, kv.SHORT_FRACTION)
+    assert f"--cb-num-blocks {blocks} " in res.knobs["broken"]["transformers serve"]
+    assert f"--num-gpu-blocks-override {blocks} " in res.knobs["broken"]["vLLM"]
+    names = {t.name for t in plots.scenario_figure(res).data}
+    assert f"broken: {res.broken.label} (measured)" in names
+    out = json.loads(json.dumps(res.to_dict(), default=str))  # what --json prints
+    assert out["broken"]["completed"] == n and out["fixed"] is None
+    assert out["server_knobs"]["fixed"]["vLLM"].endswith(f"--block-size {kv.LOCAL['page_size']}")
+    # the CLI refuses a scenario whose knob is not a server's, before loading anything
+    from explorer.cli import main
+
+    assert main(["scenario", "overload", "--url", server]) != 0
+    assert "--url takes kv-exhaustion" in capsys.readouterr().err
 
 
 def test_a_wrong_model_name_fails_before_the_run_naming_what_is_served(target, server):

@@ -6,6 +6,11 @@ background thread (the kernel stays responsive; Stop keeps the requests that fin
 the request Gantt, the ITL timeline with prefill iterations shaded, the latency CDFs of the last
 runs side by side, and the engine's own batch and KV-cache state. Any error is a message; the
 settings and the last run's views stay as they were.
+
+Seeing it break: a scenario picker runs one of explorer.serving.scenarios (a named, seeded failure
+and its fix) on the same thread-and-Stop pattern and shows the broken run beside the fixed one on
+the same charts (plots.scenario_figure), with the verdict, the why and the evidence; a stopped
+scenario keeps what finished, marked partial.
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ VIEWS = (
     ("state", "Inside the engine"),
 )
 BUTTONS = ("serve-run", "serve-stop", "serve-summary", "serving")  # parts that are not settings
+SCEN_PARTS = ("scen-name", "scen-run", "scen-stop", "scen-about", "scen-verdict", "scen-chart")
+SCEN_INTRO = (
+    " Production failures on the loaded model: each scenario serves a workload twice, broken "
+    "and fixed, and reads what broke from the records. Predict what breaks first, then run it."
+)
 INTRO = (
     "Many requests on one machine, measured on the loaded model: static batches wait for their "
     "longest request; continuous batching (transformers' own engine) lets requests join and "
@@ -114,6 +124,7 @@ def build() -> tuple[W.Widget, dict]:
             W.HBox([slos, run, stop]),
             parts["serve-summary"],
             *(parts[f"serve-{key}"] for key, _ in VIEWS),
+            build_scenarios(parts),
         ]
     )
     widget.add_class("ie-serving")
@@ -121,11 +132,58 @@ def build() -> tuple[W.Widget, dict]:
     return widget, parts
 
 
+def build_scenarios(parts: dict) -> W.Widget:
+    """The scenario picker: a failure scenario, Run and Stop, what it is, its verdict and its chart."""
+    from explorer.serving import scenarios
+
+    names = scenarios.names()
+    pick = W.Dropdown(
+        options=names,
+        value=names[0],
+        description="scenario",
+        layout=W.Layout(width="300px"),
+        style={"description_width": "70px"},
+    )
+    parts["scen-name"] = tagged(pick, "scen-name")
+    run = W.Button(description="Run scenario", icon="play", button_style="danger")
+    run.tooltip = "run the broken and the fixed serving runs on the loaded model"
+    stop = W.Button(description="Stop", icon="stop", disabled=True)
+    stop.tooltip = "stop the scenario (what finished is kept, marked partial)"
+    parts["scen-run"], parts["scen-stop"] = tagged(run, "scen-run"), tagged(stop, "scen-stop")
+    parts["scen-about"] = tagged(W.HTML(value=_about(pick.value)), "scen-about")
+    parts["scen-verdict"] = tagged(W.HTML(value=""), "scen-verdict")
+    chart = figure_widget(plots.placeholder_figure, "Broken vs fixed", "Run a scenario to draw it")
+    chart.add_class("ie-scen-chart")
+    parts["scen-chart"] = chart
+    return W.VBox(
+        [
+            W.HTML("<h4 style='margin:12px 0 2px'>Seeing it break</h4>" + SCEN_INTRO),
+            W.HBox([pick, run, stop]),
+            parts["scen-about"],
+            parts["scen-verdict"],
+            chart,
+        ]
+    )
+
+
+def _about(name: str) -> str:
+    """What a scenario shows and its fix, from its registry entry (one line)."""
+    from explorer.serving import scenarios
+
+    sc = scenarios.get(name)
+    return f"<i>{html.escape(sc.title)}; the fix: {html.escape(sc.fix)}</i>"
+
+
 def wire(tab: ServingTab) -> None:
     """Run and Stop call the tab; the engine's choice shows its knobs."""
     parts = tab.parts
     parts["serve-run"].on_click(lambda _: tab.start())
     parts["serve-stop"].on_click(lambda _: tab.stop())
+    parts["scen-run"].on_click(lambda _: tab.start_scenario())
+    parts["scen-stop"].on_click(lambda _: tab.stop())
+    parts["scen-name"].observe(
+        lambda change: setattr(parts["scen-about"], "value", _about(change["new"])), names="value"
+    )
     engine = parts["serve-engine"]
     engine.observe(lambda change: show_knobs(parts, change["new"]), names="value")
     show_knobs(parts, engine.value)
@@ -143,7 +201,10 @@ class ServingTab(Tab):
     def __init__(self, dash):
         super().__init__(dash)
         self._thread: threading.Thread | None = None
+        self._scen_thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self.scenario = None  # the last ScenarioResult shown
+        self._running: str | None = None  # "serve" or "scen" while this tab's run is on
         self.results: list = []  # the last KEEP ServingResults, newest last
         self._count = 0
         self.widget, self.parts = build()
@@ -151,22 +212,28 @@ class ServingTab(Tab):
         self.inputs = [
             w
             for n, w in self.parts.items()
-            if n not in BUTTONS and n.removeprefix("serve-") not in self.charts
+            if n not in BUTTONS
+            and n.removeprefix("serve-") not in self.charts
+            and n not in SCEN_PARTS[1:]
         ]
         wire(self)
 
     # --- the Tab protocol ---
 
     def figures(self):
-        return list(self.charts.values())
+        return [*self.charts.values(), self.parts["scen-chart"]]
+
+    def export_figures(self):
+        return {"scenario (broken vs fixed)": self.parts["scen-chart"]} if self.scenario else {}
 
     def threads(self):
-        return [self._thread]
+        return [self._thread, self._scen_thread]
 
     def set_busy(self, busy: bool) -> None:
-        for w in [*self.inputs, self.parts["serve-run"]]:
+        for w in [*self.inputs, self.parts["serve-run"], self.parts["scen-run"]]:
             w.disabled = busy
-        self.parts["serve-stop"].disabled = not busy or self._thread is None
+        self.parts["serve-stop"].disabled = not busy or self._running != "serve"
+        self.parts["scen-stop"].disabled = not busy or self._running != "scen"
 
     # --- running ---
 
@@ -216,6 +283,7 @@ class ServingTab(Tab):
             name="explorer-serving",
             daemon=True,
         )
+        self._running = "serve"
         self.set_busy(True)  # before start(): a run that fails at once re-enables the controls
         self._thread.start()
         return True
@@ -254,7 +322,55 @@ class ServingTab(Tab):
         except Exception as err:  # noqa: BLE001 - shown; the views keep the previous run
             g.fail(err, "The serving run")
         finally:
+            self._running = None
             g.finish()
+
+    def start_scenario(self) -> bool:
+        """Run the picked scenario (broken, then fixed) on a background thread."""
+        name = self.parts["scen-name"].value
+        g = self.dash.guard
+        if not g.start(f"The {name} scenario"):
+            return False
+        self._stop.clear()
+        lm = self.dash.session.lm
+        g.say(f"Running the {name} scenario on {lm.info.name}… (Stop keeps what finished)", "busy")
+        self._scen_thread = threading.Thread(
+            target=self._run_scenario, args=(lm, name), name="explorer-scenario", daemon=True
+        )
+        self._running = "scen"
+        self.set_busy(True)
+        self._scen_thread.start()
+        return True
+
+    def _run_scenario(self, lm, name: str) -> None:
+        from explorer.serving import scenarios
+
+        g = self.dash.guard
+        t0 = time.perf_counter()
+
+        def progress(*what) -> None:
+            g.say(f"{name}: {' '.join(str(w) for w in what)}… (Stop keeps what finished)", "busy")
+
+        try:
+            res = scenarios.run(name, lm, stop=self._stop, progress=progress)
+            self.show_scenario(res)
+            partial = " (partial: stopped, what finished is kept)" if res.partial else ""
+            g.say(
+                f"{name}: {res.verdict}{partial}; {time.perf_counter() - t0:.1f} s in all",
+                "info" if res.partial else "ok",
+            )
+        except Exception as err:  # noqa: BLE001 - shown; the views keep the previous scenario
+            g.fail(err, f"The {name} scenario")
+        finally:
+            self._running = None
+            g.finish()
+
+    def show_scenario(self, res) -> None:
+        """Draw a ScenarioResult: broken beside fixed on one chart; verdict, why, evidence."""
+        self.scenario = res
+        plots.redraw(self.parts["scen-chart"], plots.scenario_figure(res))
+        refit(self.parts["scen-chart"])
+        self.parts["scen-verdict"].value = scenario_html(res)
 
     def show(self, res) -> None:
         """Draw a run's views (the CDFs beside the last runs') and its summary."""
@@ -286,6 +402,58 @@ class ServingTab(Tab):
             f"<pre style='font-size:11px;line-height:1.25'>{html.escape(format_summary(res))}</pre>"
             f"{where} · {link}"
         )
+
+
+SCEN_ROWS = (  # (label, result key, format) of the broken-vs-fixed table
+    ("requests completed", "completed", "{:.0f}"),
+    ("output tok/s", "output_throughput", "{:.1f}"),
+    ("p99 TTFT (ms)", "p99_ttft_ms", "{:.0f}"),
+    ("p99 ITL (ms)", "p99_itl_ms", "{:.1f}"),
+    ("preemptions", "preemptions", "{:.0f}"),
+    ("steady", "steady", "{}"),
+)
+
+
+def scenario_html(res) -> str:
+    """The verdict (bold), the why, a broken-vs-fixed table and the evidence, as HTML."""
+    kind = "modelled (simulator)" if res.modelled else "measured on the loaded model, one run each"
+    head = f"<b>{html.escape(res.verdict)}</b>"
+    if res.partial:
+        head += " <span style='color:#b26b00'>(partial: stopped; what finished is kept)</span>"
+    runs = [("broken", res.broken), ("fixed", res.fixed)]
+    cells = "".join(
+        f"<tr><td>{label}</td>"
+        + "".join(f"<td>{_cell(r, key, fmt)}</td>" for _, r in runs)
+        + "</tr>"
+        for label, key, fmt in SCEN_ROWS
+    )
+    table = (
+        "<table style='font-size:12px'><tr><th></th>"
+        + "".join(f"<th>{role}: {html.escape(r.label) if r else '-'}</th>" for role, r in runs)
+        + f"</tr>{cells}</table>"
+    )
+    evidence = ", ".join(
+        f"{html.escape(str(k))} = {_fmt(v)}"
+        for k, v in res.evidence.items()
+        if not isinstance(v, (dict, list))  # the runs' headlines are the table above
+    )
+    return (
+        f"{head}<br>{html.escape(res.why)}<br>{table}<small>evidence: {evidence}<br>{kind}</small>"
+    )
+
+
+def _cell(res, key: str, fmt: str) -> str:
+    if res is None:
+        return "-"
+    if key == "preemptions" and key not in res.result:
+        value = sum(i.preempted for i in res.iterations) if res.iterations else None
+    else:
+        value = res.result.get(key)
+    return "n/a" if value is None else html.escape(fmt.format(value))
+
+
+def _fmt(v) -> str:
+    return html.escape(f"{v:.3g}" if isinstance(v, float) else str(v))
 
 
 def _ms(v) -> str:

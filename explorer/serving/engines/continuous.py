@@ -137,8 +137,10 @@ class Continuous(Engine):
         if self.warmup:
             mgr.warmup()
         iterations: list[Iteration] = []
+        self._recorder = None
         if self.record:
-            _Recorder(mgr, feeder, iterations).attach()
+            self._recorder = _Recorder(mgr, feeder, iterations)
+            self._recorder.attach()
         mgr.start()
         eos = -1 if self.ignore_eos else None
         sent: dict[str, object] = {}
@@ -179,7 +181,8 @@ class Continuous(Engine):
             if not out.is_finished():
                 continue
             rec = records[out.request_id]
-            _fill(self.lm, rec, out, feeder.t0)
+            reset = self._recorder.reset.get(out.request_id) if self._recorder else None
+            _fill(self.lm, rec, out, feeder.t0, reset)
             feeder.done(rec)
             finished += 1
         for rec in records.values():
@@ -220,13 +223,18 @@ def check_kv_budget(requests, knobs: ContinuousKnobs) -> None:
             )
 
 
-def _fill(lm, rec, out, t0: float) -> None:
-    """A record from the manager's GenerationOutput (its perf_counter clock is ours)."""
+def _fill(lm, rec, out, t0: float, reset: tuple | None = None) -> None:
+    """A record from the manager's GenerationOutput (its perf_counter clock is ours). reset:
+    (first start, token times) of a request the engine evicted and reset, whose new state
+    restarted its timestamps and lifespan (the earlier tokens are in its output all the same)."""
     rec.output_ids = list(out.generated_tokens)
     rec.output_len = len(rec.output_ids)
-    rec.token_s = [t - t0 for t in (out.timestamps or [])]
-    if out.lifespan[0] > 0:
-        rec.start_s = out.lifespan[0] - t0
+    start, before = reset or (out.lifespan[0], [])
+    after = out.timestamps or []
+    before = before[: max(0, rec.output_len - len(after))]  # a token in flight was discarded
+    rec.token_s = [t - t0 for t in [*before, *after]]
+    if start > 0:
+        rec.start_s = start - t0
     rec.end_s = (out.lifespan[1] - t0) if out.lifespan[1] > 0 else (rec.token_s or [None])[-1]
     rec.error = out.error
     if lm.tokenizer is not None:
@@ -239,6 +247,7 @@ class _Recorder:
     def __init__(self, mgr, feeder, iterations: list):
         self.mgr, self.feeder, self.iterations = mgr, feeder, iterations
         self.preempted = 0
+        self.reset: dict[str, tuple] = {}  # request id -> (first start, token times before reset)
         self._processor = None
 
     def attach(self) -> None:
@@ -262,12 +271,23 @@ class _Recorder:
         offload = processor.offloading_manager.offload_requests
 
         def counted():
-            before = len(processor.scheduler.active_requests)
+            active = dict(processor.scheduler.active_requests)
+            kept = {rid: (s.lifespan[0], list(s._timestamps)) for rid, s in active.items()}
             done = offload()
-            self.preempted += max(0, before - len(processor.scheduler.active_requests))
+            self.preempted += max(0, len(active) - len(processor.scheduler.active_requests))
+            self._note_resets(processor.scheduler, active, kept)
             return done
 
         processor.offloading_manager.offload_requests = counted
+
+    def _note_resets(self, scheduler, active: dict, kept: dict) -> None:
+        """A soft-reset request comes back as a new state (timestamps and lifespan restarted):
+        keep its first start and the token times it had, for its record."""
+        for rid, old in active.items():
+            new = scheduler.waiting_requests.get(rid)
+            if new is not None and new is not old:
+                start, times = self.reset.get(rid, (kept[rid][0], []))
+                self.reset[rid] = (start, times + kept[rid][1])
 
     def _note(self, processor, batch, t0: float, t1: float) -> None:
         q = [f.query_length for f in batch]

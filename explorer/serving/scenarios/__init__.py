@@ -1,0 +1,323 @@
+"""Seeing it break: production failure scenarios, each run broken and fixed on a real engine.
+
+    from explorer import load
+    from explorer.serving import scenarios
+
+    scenarios.names()                    # ('overload', 'kv-exhaustion', 'head-of-line', ...)
+    sc = scenarios.get("kv-exhaustion")  # .title, .engine, .needs (its knobs), .why, .fix
+    scenarios.catalog()                  # the same for every scenario, as plain dicts
+    res = scenarios.run("kv-exhaustion", load("bundled:target"))     # measured on this machine
+    res.verdict        # "6 preemptions with 4 KV blocks, 0 with 64; ..."
+    res.evidence       # the figures the verdict rests on, computed from the two runs' records
+    res.broken, res.fixed                 # ServingResult of each run (fixed: None if stopped)
+    res.to_dict()      # {"scenario", "broken", "fixed", "verdict", "why", "evidence", "modelled",
+                       #  "partial", ...}: broken/fixed are ServingResult.to_dict() + "steady",
+                       #  "preemptions"
+    scenarios.run("overload", None, hardware="h100")   # the same preset at GPU scale, modelled
+                                                        # (model: arch:llama-3.1-8b by default)
+
+run(name, lm, *, hardware=None, model=None, engine=None, stop=None, progress=None,
+    memory_budget_gb=None) -> ScenarioResult
+    hardware     a known chip (explorer.costs.hardware): the simulator's what-if on paper,
+                 ScenarioResult.modelled True; the scenario must have a model (model_ok)
+    engine       another engine for the scenario's broken run; it must take the knobs the
+                 scenario turns: check_engine(name, engine) raises the one-line ValueError
+    stop         a threading.Event: set it and the run in progress stops; what it measured is
+                 kept, marked partial (ScenarioResult.partial, the run's meta["partial"])
+    progress     called with one line of text as each run starts
+    Ctrl-C       raises ScenarioInterrupted (a KeyboardInterrupt): .scenario is the partial
+                 ScenarioResult, .result the ServingResult of the cut run
+Bad input is a ValueError with one line: an unknown scenario (it lists them), an engine without
+the scenario's knob (it says which engine has it), a memory budget above what the machine has.
+
+A scenario is one module here that registers itself (@register): its presets (a seeded workload
+and engine knobs for the broken run and the fixed one, at this machine's scale and at GPU scale),
+evidence() (figures computed from the two runs' records and iterations) and verdict() (a short
+sentence from the evidence). Scenario.needs names the engine knobs it turns; the Serving tab
+reads it to offer a scenario only for an engine that has them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from explorer.serving import engines
+from explorer.serving.run import RunInterrupted, ServingResult
+from explorer.serving.scenarios._context import Context, Plan, check_memory_budget, run_dict
+
+_SCENARIOS: dict[str, Scenario] = {}
+
+
+@dataclass
+class ScenarioResult:
+    """A scenario's two runs, the verdict and the figures it rests on."""
+
+    scenario: str
+    broken: ServingResult | None
+    fixed: ServingResult | None
+    verdict: str
+    why: str
+    evidence: dict = field(default_factory=dict)
+    modelled: bool = False
+    partial: bool = False
+    title: str = ""
+    needs: dict = field(default_factory=dict)  # {"engine": ..., "knobs": [...]}
+
+    def to_dict(self) -> dict:
+        return {
+            "scenario": self.scenario,
+            "title": self.title,
+            "broken": None if self.broken is None else run_dict(self.broken),
+            "fixed": None if self.fixed is None else run_dict(self.fixed),
+            "verdict": self.verdict,
+            "why": self.why,
+            "evidence": self.evidence,
+            "modelled": self.modelled,
+            "partial": self.partial,
+            "needs": self.needs,
+        }
+
+
+class Scenario:
+    """One failure and its fix: presets, evidence from records, a verdict from the evidence."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]  # a few words: "overload: the queue grows without bound"
+    engine: ClassVar[str] = "continuous"  # the engine of the broken run
+    needs: ClassVar[tuple[str, ...]] = ()  # knobs (or engine keywords) of that engine it turns
+    why: ClassVar[str]  # three sentences: what breaks, why, what fixes it
+    fix: ClassVar[str]  # the fix in a few words
+    model_ok: ClassVar[bool] = True  # has a modelled (--hardware) version in the simulator
+    takes_budget: ClassVar[bool] = False  # runs under memory_budget_gb
+    order: ClassVar[int] = 0
+
+    # --- what a scenario defines ------------------------------------------------------------------
+
+    def prepare(self, ctx: Context) -> None:
+        """Before the two runs (a calibration run, say); notes go into ctx.notes."""
+
+    def broken(self, ctx: Context) -> Plan:
+        raise NotImplementedError
+
+    def fixed(self, ctx: Context) -> Plan:
+        raise NotImplementedError
+
+    def evidence(self, broken: ServingResult, fixed: ServingResult, notes: dict) -> dict:
+        """The figures the verdict rests on, computed from the two runs (and ctx.notes)."""
+        raise NotImplementedError
+
+    def verdict(self, ev: dict) -> str:
+        """A short sentence from the evidence alone."""
+        raise NotImplementedError
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def execute(self, ctx: Context) -> tuple[ServingResult | None, ServingResult | None]:
+        """(broken, fixed): fixed is None when the broken run was stopped (both before it)."""
+        self.prepare(ctx)
+        if ctx.stopped():
+            return None, None
+        broken = ctx.serve(self.broken(ctx))
+        if ctx.stopped():
+            return broken, None
+        return broken, ctx.serve(self.fixed(ctx))
+
+    def needs_dict(self, engine: str | None = None) -> dict:
+        return {"engine": engine or self.engine, "knobs": list(self.needs)}
+
+
+class ScenarioInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a scenario: .scenario is what it had (partial), .result the cut run."""
+
+    def __init__(self, scenario: ScenarioResult, result: ServingResult):
+        super().__init__("interrupted (Ctrl-C)")
+        self.scenario, self.result = scenario, result
+
+
+def register(cls: type[Scenario]) -> type[Scenario]:
+    """Class decorator: the scenario cls.name."""
+    _SCENARIOS[cls.name] = cls()
+    return cls
+
+
+def names() -> tuple[str, ...]:
+    """The registered scenarios, in their order."""
+    return tuple(s.name for s in sorted(_SCENARIOS.values(), key=lambda s: s.order))
+
+
+def get(name: str) -> Scenario:
+    if name not in _SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; the scenarios are {', '.join(names())}")
+    return _SCENARIOS[name]
+
+
+def catalog() -> list[dict]:
+    """Every scenario as plain data (for a picker or an http listing): name, title, engine,
+    needs (its knobs), fix, why, model_ok (has a --hardware model), takes_budget."""
+    out = []
+    for name in names():
+        sc = get(name)
+        out.append({
+            "name": name, "title": sc.title, "engine": sc.engine, "needs": list(sc.needs),
+            "fix": sc.fix, "why": sc.why, "model_ok": sc.model_ok, "takes_budget": sc.takes_budget,
+        })  # fmt: skip
+    return out
+
+
+def engine_takes(engine: str, knob: str) -> bool:
+    """Whether `engine` has `knob` among its Knobs or its constructor's keywords."""
+    cls = engines.get(engine)
+    return knob in cls.Knobs.specs() or knob in inspect.signature(cls.__init__).parameters
+
+
+def check_engine(name: str, engine: str) -> None:
+    """ValueError (one line) when `engine` lacks a knob the scenario `name` turns."""
+    sc = get(name)
+    for knob in sc.needs:
+        if not engine_takes(engine, knob):
+            takers = [e for e in engines.names() if engine_takes(e, knob)]
+            raise ValueError(
+                f"the {name} scenario needs the {' or '.join(takers)} engine's {knob}; "
+                f"the {engine} engine has no {knob}"
+            )
+
+
+def check_modelled(name: str) -> None:
+    """ValueError (one line) when the scenario has no model in the simulator (--hardware)."""
+    if not get(name).model_ok:
+        raise ValueError(
+            f"the {name} scenario has no model in the simulator: run it without --hardware"
+        )
+
+
+def check_budget(name: str, gb: float, device="cpu") -> None:
+    """ValueError (one line) for a memory budget the scenario does not take, or one that is not
+    below what the device has available (refused before anything runs)."""
+    if not get(name).takes_budget:
+        raise ValueError(
+            f"--memory-budget: the {name} scenario has no memory budget (memory-wall has)"
+        )
+    check_memory_budget(gb, device)
+
+
+def run(
+    name: str,
+    lm,
+    *,
+    hardware: str | None = None,
+    model: str | None = None,
+    engine: str | None = None,
+    stop: threading.Event | None = None,
+    progress: Callable[[str], None] | None = None,
+    memory_budget_gb: float | None = None,
+) -> ScenarioResult:
+    """Run the scenario broken and fixed (see the module docstring)."""
+    sc = get(name)
+    if engine is not None:
+        engines.get(engine)  # an unknown engine: its own one line
+        check_engine(name, engine)
+    if hardware is not None:
+        check_modelled(name)
+    if memory_budget_gb is not None:
+        check_budget(name, memory_budget_gb, "cpu" if lm is None else lm.device)
+    ctx = Context.build(
+        lm,
+        hardware=hardware,
+        model=model,
+        engine=engine or sc.engine,
+        stop=stop,
+        progress=progress,
+        memory_budget_gb=memory_budget_gb,
+        scenario=name,
+    )
+    try:
+        broken, fixed = sc.execute(ctx)
+    except RunInterrupted as err:
+        part = _partial(sc, ctx, *_cut(ctx, err.result))
+        raise ScenarioInterrupted(part, err.result) from None
+    cut = _partial_run(broken) or _partial_run(fixed)
+    if ctx.stopped() or cut or (broken is None and fixed is None):
+        return _partial(sc, ctx, broken, fixed)
+    ev = sc.evidence(broken, fixed, ctx.notes)
+    return ScenarioResult(
+        name,
+        broken,
+        fixed,
+        sc.verdict(ev),
+        sc.why,
+        ev,
+        ctx.modelled,
+        False,
+        sc.title,
+        sc.needs_dict(ctx.engine),
+    )
+
+
+def _partial_run(res: ServingResult | None) -> bool:
+    return res is not None and bool(res.meta.get("partial"))
+
+
+def _cut(ctx: Context, res: ServingResult) -> tuple:
+    """(broken, fixed) when a run was interrupted: the cut run is the last one started."""
+    done = ctx.results
+    return (res, None) if not done else (done[0], res)
+
+
+def _partial(sc: Scenario, ctx: Context, broken, fixed) -> ScenarioResult:
+    """What a stopped scenario keeps: its runs so far, marked partial, and no verdict."""
+    cut = fixed if fixed is not None else broken
+    which = "fixed" if fixed is not None else "broken"
+    if cut is None:
+        verdict = "stopped before the broken run: no verdict"
+    else:
+        ok = sum(r.ok for r in cut.records)
+        verdict = (
+            f"stopped during the {which} run ({ok} of {len(cut.records)} requests finished): "
+            "no verdict from part of a scenario"
+        )
+    return ScenarioResult(
+        sc.name,
+        broken,
+        fixed,
+        verdict,
+        sc.why,
+        {"stopped_during": which},
+        ctx.modelled,
+        True,
+        sc.title,
+        sc.needs_dict(ctx.engine),
+    )
+
+
+def _discover() -> None:
+    """Import every scenario module of this package (each registers itself)."""
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+
+
+__all__ = [
+    "Context",
+    "Plan",
+    "Scenario",
+    "ScenarioInterrupted",
+    "ScenarioResult",
+    "check_budget",
+    "check_engine",
+    "check_memory_budget",
+    "check_modelled",
+    "catalog",
+    "engine_takes",
+    "get",
+    "names",
+    "register",
+    "run",
+]
+
+_discover()
