@@ -8,6 +8,7 @@
     serving       many requests: Gantt, ITL timeline, latency CDFs, engine state, Pareto
     why           one step's split (floors + overhead), the profiler breakdown, the trust table
     inside        logit lens and the newest token's attention
+    moe           mixture of experts: the moe sweep's chart, the router's choice, load per expert
 
 Every name is also reachable as `explorer.plots.<name>` (e.g. plots.strip_figure).
 """
@@ -17,6 +18,7 @@ from explorer.plots import (
     distribution,
     inside,
     latency,
+    moe,
     roofline,
     serving,
     speculative,
@@ -27,7 +29,7 @@ from explorer.plots import (
 )
 
 _MODULES = (
-    common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, why, inside,
+    common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, why, inside, moe,
 )  # fmt: skip
 __all__: list[str] = []
 for _m in _MODULES:

@@ -1,0 +1,97 @@
+"""The moe sweep on a tiny random-weight Qwen3-MoE: routing read from the router, bounds, dense refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from explorer import sweeps
+from explorer.inside import hook_count
+from explorer.model.loader import LoadedModel, model_info
+from explorer.sweeps import moe
+
+
+def tiny_moe(experts: int = 16, k: int = 2) -> LoadedModel:
+    """Two MoE layers of `experts` experts, top-`k`, hidden 64 (random weights)."""
+    config = Qwen3MoeConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=experts,
+        num_experts_per_tok=k,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    model = Qwen3MoeForCausalLM(config).eval()
+    return LoadedModel(
+        model, None, model_info(model, name="tiny-moe", source="arch", random_weights=True)
+    )
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_moe()
+
+
+@pytest.fixture(scope="module")
+def df(lm):
+    return sweeps.run("moe", lm, batches=[1, 4], context_len=8, repeats=1, bar=False)
+
+
+def test_rows_have_documented_columns(df):
+    assert list(df.columns) == moe.COLUMNS and set(df.attrs["columns"]) == set(moe.COLUMNS)
+    assert list(df["batch"]) == [1, 4] and df.attrs["experts"] == 16
+
+
+def test_touched_between_k_and_e(df):
+    for _, row in df.iterrows():
+        assert all(2 <= t <= 16 for t in row["experts_touched_per_layer"])
+        assert len(row["experts_touched_per_layer"]) == 2  # one count per MoE layer
+        assert 2 <= row["experts_touched_formula"] <= 16
+    one = df.iloc[0]
+    assert one["experts_touched_per_layer"] == [2, 2], "one token reads exactly its k experts"
+    assert one["experts_touched_formula"] == pytest.approx(2.0)
+
+
+def test_bytes_between_active_and_total(df):
+    for _, row in df.iterrows():
+        assert (
+            row["bytes_per_step_dense_active_modelled"]
+            <= row["bytes_per_step"]
+            <= row["bytes_per_step_dense_total_modelled"]
+        )
+    one, four = df.iloc[0], df.iloc[1]
+    assert one["bytes_per_step"] == one["bytes_per_step_dense_active_modelled"]
+    assert four["bytes_per_step"] > one["bytes_per_step"]  # more experts touched, more bytes
+    assert four["flops_per_token_modelled"] == pytest.approx(one["flops_per_token_modelled"])
+    assert set(df["regime"]) <= {"memory", "compute", "overhead"}
+    assert (df["ms_per_step"] > 0).all()
+
+
+def test_routing_read_with_hooks_removed(lm):
+    ids = torch.randint(0, 512, (3, 5))
+    chosen = moe.routed(lm.model, lambda: lm.model(input_ids=ids))
+    assert hook_count(lm.model) == 0
+    assert [c.shape for c in chosen] == [torch.Size([15, 2])] * 2  # [tokens, k] per layer
+    assert all(1 <= t <= 16 for t in moe.touched_per_layer(chosen))
+
+
+def test_dense_model_refused_in_one_line(target):
+    with pytest.raises(ValueError, match="dense model") as err:
+        sweeps.run("moe", target, batches=[1], repeats=1, bar=False)
+    assert "\n" not in str(err.value)
+
+
+def test_chart_draws_the_rows(df):
+    from explorer import plots
+
+    fig = plots.sweep("moe", df)
+    traces = {t.name: t for t in fig.data}
+    assert list(traces["experts touched per layer (measured)"].y) == list(df["experts_touched"])
+    assert fig.layout.shapes[0].y0 == 16  # E: the most a batch can touch
