@@ -7,6 +7,7 @@ import torch
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from explorer import sweeps
+from explorer.costs.hardware import Peaks
 from explorer.inside import hook_count
 from explorer.model.loader import LoadedModel, model_info
 from explorer.sweeps import moe
@@ -41,7 +42,8 @@ def lm():
 
 @pytest.fixture(scope="module")
 def df(lm):
-    return sweeps.run("moe", lm, batches=[1, 4], context_len=8, repeats=1, bar=False)
+    peaks = Peaks("cpu", "float32", bandwidth_gbps=10.0, flops=1e11, method="modelled")
+    return sweeps.run("moe", lm, batches=[1, 4], context_len=8, repeats=1, peaks=peaks, bar=False)
 
 
 def test_rows_have_documented_columns(df):
