@@ -136,12 +136,15 @@ def expert_bytes(model, experts: int) -> float:
     raise ValueError("no experts module beside the router")
 
 
-def step_cost(lm: LoadedModel, batch: int, context_len: int, touched: list[float]) -> dict:
+def step_cost(
+    lm: LoadedModel, batch: int, context_len: int, touched: list[float], per_token: int
+) -> dict:
     """Modelled FLOPs and bytes of one decode step of `batch` rows at `context_len` whose MoE
-    layers read `touched` experts each: every weight but the untouched experts, the input
-    embedding's gathered rows only, K/V read for the past and written for the fed token."""
+    layers read `touched` experts each and run `per_token` experts for every token: every weight
+    but the untouched experts, the input embedding's gathered rows only, K/V read for the past
+    and written for the fed token."""
     info, model = lm.info, lm.model
-    experts, k = experts_of(model)
+    experts = experts_of(model)[0]
     each = expert_bytes(model, experts)
     value = torch.finfo(model.dtype).bits // 8
     table = info.vocab_size * info.hidden_size * value
@@ -149,7 +152,7 @@ def step_cost(lm: LoadedModel, batch: int, context_len: int, touched: list[float
     weights += batch * info.hidden_size * value
     unread = sum((experts - t) * each for t in touched)
     kv = info.kv_bytes_per_token * batch * context_len
-    active = info.non_embedding_parameters - len(touched) * (experts - k) * each / value
+    active = info.non_embedding_parameters - len(touched) * (experts - per_token) * each / value
     scores = 4 * batch * info.attention_heads * info.head_dim * context_len * info.layers
     flops = 2.0 * batch * (active + info.vocab_size * info.hidden_size) + scores
     return {"bytes": weights - unread + kv, "flops": flops}
@@ -215,9 +218,9 @@ def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: i
     seconds = statistics.median(samples)
     touched = touched_per_layer(chosen)
     layers = len(touched)
-    cost = step_cost(lm, B, context_len, touched)
-    total = step_cost(lm, B, context_len, [experts] * layers)
-    active = step_cost(lm, B, context_len, [k] * layers)
+    cost = step_cost(lm, B, context_len, touched, k)
+    total = step_cost(lm, B, context_len, [experts] * layers, experts)
+    active = step_cost(lm, B, context_len, [k] * layers, k)
     split = utilisation(cost["flops"], cost["bytes"], seconds, peaks)
     return {
         "batch": B,
