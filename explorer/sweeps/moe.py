@@ -99,22 +99,23 @@ def require_moe(lm: LoadedModel) -> tuple[int, int]:
     return experts, k
 
 
-def routed(model, run) -> list[torch.Tensor]:
-    """Call run() with a hook on every router; the top-k expert indices each layer chose for
-    every token of the pass, [tokens, k] per layer (CPU copies). The hooks are gone after it."""
-    chosen: list[torch.Tensor] = []
+def routed(model, run) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Call run() with a hook on every router; per layer, the top-k experts each token of the
+    pass was routed to and their weights, ([tokens, k] indices, [tokens, k] weights) as CPU
+    copies. The hooks are gone after it."""
+    chosen: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def keep(module, args, output):
-        chosen.append(output[2].detach().to("cpu", copy=True))
+        chosen.append(tuple(t.detach().to("cpu", copy=True) for t in (output[2], output[1])))
 
     with hooked({r: (None, keep) for r in routers(model)}):
         run()
     return chosen
 
 
-def touched_per_layer(chosen: list[torch.Tensor]) -> list[int]:
+def touched_per_layer(chosen: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
     """Distinct experts the pass's tokens were routed to, per layer."""
-    return [int(idx.unique().numel()) for idx in chosen]
+    return [int(idx.unique().numel()) for idx, _ in chosen]
 
 
 # --- the cost model's view of one decode step ---------------------------------------------------

@@ -26,6 +26,7 @@ def tiny_moe(experts: int = 16, k: int = 2) -> LoadedModel:
         head_dim=16,
         num_experts=experts,
         num_experts_per_tok=k,
+        norm_topk_prob=True,
         max_position_embeddings=128,
     )
     torch.manual_seed(0)
@@ -80,7 +81,9 @@ def test_routing_read_with_hooks_removed(lm):
     ids = torch.randint(0, 512, (3, 5))
     chosen = moe.routed(lm.model, lambda: lm.model(input_ids=ids))
     assert hook_count(lm.model) == 0
-    assert [c.shape for c in chosen] == [torch.Size([15, 2])] * 2  # [tokens, k] per layer
+    assert [c[0].shape for c in chosen] == [torch.Size([15, 2])] * 2  # [tokens, k] per layer
+    weights = torch.cat([w for _, w in chosen])
+    assert torch.allclose(weights.sum(-1), torch.ones(30), atol=1e-5)  # renormalised top-k
     assert all(1 <= t <= 16 for t in moe.touched_per_layer(chosen))
 
 
