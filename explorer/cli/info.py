@@ -17,7 +17,7 @@ def _add_info(sub) -> None:
         "model",
         nargs="?",
         default=None,
-        help="bundled:target (default), bundled:draft, arch:NAME, hub id or path",
+        help="bundled:target (default), bundled:draft, bundled:moe, arch:NAME, hub id or path",
     )
     p.add_argument("--list", action="store_true", help="list every offline model name")
     p.add_argument("--json", action="store_true")
