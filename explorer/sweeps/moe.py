@@ -35,6 +35,7 @@ from explorer import costs
 from explorer.costs.split import utilisation
 from explorer.inside.hooks import hooked
 from explorer.model.loader import LoadedModel
+from explorer.model.moe import experts_touched_expected, routers
 from explorer.model.passes import crop_cache, forward
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
@@ -75,28 +76,14 @@ COLUMNS = [
 # --- the router, read during a pass -------------------------------------------------------------
 
 
-def routers(model) -> list[torch.nn.Module]:
-    """The router of every MoE layer, in layer order (transformers' *TopKRouter modules: their
-    forward returns (logits, top-k weights, top-k expert indices))."""
-    return [m for _, m in model.named_modules() if type(m).__name__.endswith("TopKRouter")]
-
-
-def experts_of(model) -> tuple[int, int]:
-    """(E experts per MoE layer, k experts per token) from the model's config; (0, 0): dense."""
-    c = model.config
-    experts = getattr(c, "num_experts", None) or getattr(c, "num_local_experts", None) or 0
-    return int(experts), int(getattr(c, "num_experts_per_tok", 0) or 0)
-
-
 def require_moe(lm: LoadedModel) -> tuple[int, int]:
     """(E, k) of an MoE model; a dense one is refused in one line."""
-    experts, k = experts_of(lm.model)
-    if not experts or not routers(lm.model):
+    if not lm.info.is_moe or not routers(lm.model):
         raise ValueError(
             f"{lm.info.name} is a dense model (no router, every weight read every step): the moe "
             "sweep needs a mixture-of-experts model, e.g. bundled:moe"
         )
-    return experts, k
+    return lm.info.num_experts, lm.info.experts_per_token
 
 
 def routed(model, run) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -121,42 +108,38 @@ def touched_per_layer(chosen: list[tuple[torch.Tensor, torch.Tensor]]) -> list[i
 # --- the cost model's view of one decode step ---------------------------------------------------
 
 
-def expected_touched(experts: int, k: int, tokens: int) -> float:
-    """E x (1 - (1 - k/E)^tokens): distinct experts per layer if each token picked its k
-    uniformly at random (modelled)."""
-    return experts * (1.0 - (1.0 - k / experts) ** tokens)
-
-
-def expert_bytes(model, experts: int) -> float:
-    """Bytes of one routed expert of one layer (counted from the first MoE layer's weights)."""
-    router = routers(model)[0]
-    for module in model.modules():
-        if getattr(module, "gate", None) is router and hasattr(module, "experts"):
-            held = sum(p.numel() * p.element_size() for p in module.experts.parameters())
-            return held / experts
-    raise ValueError("no experts module beside the router")
-
-
-def step_cost(
-    lm: LoadedModel, batch: int, context_len: int, touched: list[float], per_token: int
-) -> dict:
+def step_cost(lm: LoadedModel, batch: int, context_len: int, touched: list[float]) -> dict:
     """Modelled FLOPs and bytes of one decode step of `batch` rows at `context_len` whose MoE
-    layers read `touched` experts each and run `per_token` experts for every token: every weight
-    but the untouched experts, the input embedding's gathered rows only, K/V read for the past
-    and written for the fed token."""
-    info, model = lm.info, lm.model
-    experts = experts_of(model)[0]
-    each = expert_bytes(model, experts)
-    value = torch.finfo(model.dtype).bits // 8
-    table = info.vocab_size * info.hidden_size * value
-    weights = info.weight_bytes - (0 if info.tied_embeddings else table)
-    weights += batch * info.hidden_size * value
-    unread = sum((experts - t) * each for t in touched)
-    kv = info.kv_bytes_per_token * batch * context_len
-    active = info.non_embedding_parameters - len(touched) * (experts - per_token) * each / value
-    scores = 4 * batch * info.attention_heads * info.head_dim * context_len * info.layers
-    flops = 2.0 * batch * (active + info.vocab_size * info.hidden_size) + scores
-    return {"bytes": weights - unread + kv, "flops": flops}
+    layers read `touched` experts each (explorer.costs: the experts touched, k computed per token)."""
+    cost = costs.forward_cost(
+        lm.info,
+        batch=batch,
+        tokens_fed=1,
+        context_len=context_len,
+        logits_positions=1,
+        experts_touched=touched,
+    )
+    return {"bytes": cost.bound_bytes, "flops": cost.total_flops}
+
+
+def dense_costs(lm: LoadedModel, cost: dict, touched: list[int], batch: int) -> dict[str, dict]:
+    """The same step on dense models of the MoE's total size (every expert read and computed by
+    every token) and of its active size (k experts' weights, whatever the batch), modelled from
+    the MoE step's `cost` with `touched` experts per layer."""
+    shape = costs.shape_of(lm.info)
+    e, k = shape.experts, shape.top_k
+    one = shape.expert_params * shape.bytes_per_value  # bytes of one expert of one layer
+    extra_flops = 2.0 * batch * shape.moe_layers * (e - k) * shape.expert_matmul_params
+    return {
+        "total": {
+            "bytes": cost["bytes"] + sum(e - t for t in touched) * one,
+            "flops": cost["flops"] + extra_flops,
+        },
+        "active": {
+            "bytes": cost["bytes"] - sum(t - k for t in touched) * one,
+            "flops": cost["flops"],
+        },
+    }
 
 
 def bound_ms(cost: dict, peaks) -> float:
@@ -206,7 +189,7 @@ def run(
 
 
 def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: int, tick) -> dict:
-    experts, k = experts_of(lm.model)
+    experts, k = lm.info.num_experts, lm.info.experts_per_token
     prompt = token_ids(lm.info, B, context_len - 1, lm.device, seed)  # [B, L - 1]: distinct rows
     cache = prefill_cache(lm.model, prompt)
     feed = token_ids(lm.info, B, 1, lm.device, seed + 1)  # [B, 1]
@@ -218,10 +201,9 @@ def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: i
     )
     seconds = statistics.median(samples)
     touched = touched_per_layer(chosen)
-    layers = len(touched)
-    cost = step_cost(lm, B, context_len, touched, k)
-    total = step_cost(lm, B, context_len, [experts] * layers, experts)
-    active = step_cost(lm, B, context_len, [k] * layers, k)
+    cost = step_cost(lm, B, context_len, touched)
+    dense = dense_costs(lm, cost, touched, B)
+    total, active = dense["total"], dense["active"]
     split = utilisation(cost["flops"], cost["bytes"], seconds, peaks)
     return {
         "batch": B,
@@ -230,7 +212,7 @@ def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: i
         "experts_per_token": k,
         "experts_touched": statistics.mean(touched),
         "experts_touched_per_layer": touched,
-        "experts_touched_formula": expected_touched(experts, k, B),
+        "experts_touched_formula": experts_touched_expected(experts, k, B),
         "bytes_per_step": cost["bytes"],
         "flops_per_token_modelled": cost["flops"] / B,
         "ms_per_step": seconds * 1e3,

@@ -65,7 +65,7 @@ def weights_read(shape: Shape, tokens: int, weights: float, one_expert: float) -
     dense model; for a mixture of experts the routed experts it does not touch are taken out,
     E x (1 - (1 - k/E)^tokens) touched per MoE layer for uniform routing (one_expert: the bytes
     of one expert of one layer)."""
-    if not getattr(shape, "is_moe", False):
+    if not shape.is_moe:
         return weights
     idle = shape.experts - shape.experts_touched(tokens)
     return weights - shape.moe_layers * idle * one_expert
@@ -76,7 +76,7 @@ def iteration_work(shape: Shape, passes: list[list[int]]) -> dict[str, float]:
     past = sum(p for _, p in passes)
     query = sum(q for q, _ in passes)
     every = float(sum(shape.weight_bytes_by_part().values()))
-    one_expert = getattr(shape, "expert_params", 0) * shape.bytes_per_value
+    one_expert = shape.expert_params * shape.bytes_per_value
     weights = weights_read(shape, query, every, one_expert)
     kv = float(shape.kv_bytes_per_token * (past + query))  # read the past, write the query
     flops = 0.0

@@ -226,7 +226,9 @@ def one_expert_bytes(shape: Shape, precision: Precision) -> float:
         return 0.0
     dtype = chip_dtype(precision.dtype)
     if dtype == "fp8":
-        return float(shape.expert_matmul_params + 2 * (shape.expert_params - shape.expert_matmul_params))
+        return float(
+            shape.expert_matmul_params + 2 * (shape.expert_params - shape.expert_matmul_params)
+        )
     return float(shape.expert_params * DTYPE_BYTES[dtype])
 
 
