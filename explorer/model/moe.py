@@ -97,4 +97,4 @@ def experts_touched_expected(num_experts: int, experts_per_token: int, tokens: i
     if tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens!r}")
     e, k = num_experts, experts_per_token
-    return e * (1 - (1 - k / e) ** tokens)
+    return round(e * (1 - ((e - k) / e) ** tokens), 9)  # 9 decimals: 1 token gives k exactly
