@@ -6,7 +6,7 @@ B tokens touches the union of their choices: more experts per layer as B grows, 
 of the E experts is read each step, while the FLOPs per token stay those of the k active experts.
 
 Per batch size the sweep prefills B rows of distinct seeded tokens, reads the router's choices
-of one untimed decode pass (hooks on the router modules, removed after it; explorer.inside), then
+of one untimed decode pass (explorer.engine.routing.capture: hooks removed after it), then
 times `repeats` decode passes of the same tokens without hooks. Columns:
 
     experts_touched            distinct experts the batch's tokens were routed to, per layer (mean
@@ -29,11 +29,10 @@ import threading
 from collections.abc import Iterable
 
 import pandas as pd
-import torch
 
 from explorer import costs
 from explorer.costs.split import utilisation
-from explorer.inside.hooks import hooked
+from explorer.engine.routing import capture
 from explorer.model.loader import LoadedModel
 from explorer.model.moe import experts_touched_expected, routers
 from explorer.model.passes import crop_cache, forward
@@ -84,25 +83,6 @@ def require_moe(lm: LoadedModel) -> tuple[int, int]:
             "sweep needs a mixture-of-experts model, e.g. bundled:moe"
         )
     return lm.info.num_experts, lm.info.experts_per_token
-
-
-def routed(model, run) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Call run() with a hook on every router; per layer, the top-k experts each token of the
-    pass was routed to and their weights, ([tokens, k] indices, [tokens, k] weights) as CPU
-    copies. The hooks are gone after it."""
-    chosen: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def keep(module, args, output):
-        chosen.append(tuple(t.detach().to("cpu", copy=True) for t in (output[2], output[1])))
-
-    with hooked({r: (None, keep) for r in routers(model)}):
-        run()
-    return chosen
-
-
-def touched_per_layer(chosen: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
-    """Distinct experts the pass's tokens were routed to, per layer."""
-    return [int(idx.unique().numel()) for idx, _ in chosen]
 
 
 # --- the cost model's view of one decode step ---------------------------------------------------
@@ -194,13 +174,14 @@ def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: i
     cache = prefill_cache(lm.model, prompt)
     feed = token_ids(lm.info, B, 1, lm.device, seed + 1)  # [B, 1]
     past = cache.get_seq_length()
-    chosen = routed(lm.model, lambda: forward(lm.model, feed, cache, last_only=True))
+    with capture(lm.model) as routers_seen:  # the router's choice, on an untimed pass
+        forward(lm.model, feed, cache, last_only=True)
+    touched = routers_seen.record()["experts_touched"]
     crop_cache(cache, past)
     samples = time_decode(
         lm.model, cache, feed, repeats=repeats, warmup=1, device=lm.device, tick=tick
     )
     seconds = statistics.median(samples)
-    touched = touched_per_layer(chosen)
     cost = step_cost(lm, B, context_len, touched)
     dense = dense_costs(lm, cost, touched, B)
     total, active = dense["total"], dense["active"]
