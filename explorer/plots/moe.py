@@ -2,13 +2,12 @@
 
     moe sweep chart      experts touched per layer (measured vs uniform formula), bytes per step
                          beside dense models of the same total / active size, ms per step
-    routing_figure(r)    one step: each layer's chosen experts and their weights (row 0's token),
+    routing_figure(r)    one step: each layer's chosen experts and their weights (row 0's newest token),
                          the experts the whole batch touched outlined
     expert_load_figure(r)  over a trace: tokens routed to each expert, per layer
 
-`r` is a routing dict: {"experts": E, "experts_per_token": k, "layers": [{"layer", "chosen"
-[expert ids of row 0], "weights" [their router weights], "touched" [expert ids of the batch]}],
-"load": [[tokens per expert] per layer] or None, "tokens": tokens counted in "load"}.
+`r` is what Session.routing() returns (explorer.engine.routing.routing_of): for one step or for
+the whole trace.
 """
 
 from __future__ import annotations
@@ -116,16 +115,24 @@ def _empty(title: str, height: int) -> go.Figure:
     return _house_style(fig, height=height)
 
 
+def newest_token(step: dict) -> int:
+    """Index of row 0's newest fed token in a step's routing (token t: row t // fed)."""
+    fed = max(1, step["tokens"] // max(1, step["batch"]))
+    return fed - 1
+
+
 def routing_figure(routing: dict | None = None, *, height: int = 320) -> go.Figure:
-    """One step's router choice: a layer x expert grid of row 0's router weights (0 where not
-    chosen), with the experts the whole batch touched outlined (measured)."""
+    """One step's router choice (session.routing(step)): a layer x expert grid of row 0's newest
+    token's router weights (blank where not chosen), the experts the whole batch touched outlined."""
     fig = _empty("Router choice in this step (measured)", height)
-    if not routing:
+    steps = (routing or {}).get("steps") or []
+    if not steps or not steps[0].get("layers"):
         return fig
-    experts, layers = routing["experts"], routing["layers"]
-    z = np.zeros((len(layers), experts))
+    step, experts = steps[0], routing["num_experts"]
+    layers, t = step["layers"], newest_token(step)
+    z = np.full((len(layers), experts), np.nan)
     for i, layer in enumerate(layers):
-        for e, w in zip(layer["chosen"], layer["weights"]):
+        for e, w in zip(layer["experts"][t], layer["weights"][t]):
             z[i, e] = w
     ys = [layer["layer"] for layer in layers]
     fig.add_trace(
@@ -141,15 +148,13 @@ def routing_figure(routing: dict | None = None, *, height: int = 320) -> go.Figu
             hovertemplate="layer %{y} expert %{x}: weight %{z:.3f}<extra></extra>",
         )
     )
-    tx = [e for layer in layers for e in layer["touched"]]
-    ty = [layer["layer"] for layer in layers for _ in layer["touched"]]
     fig.add_trace(
         go.Scatter(
             name="touched by the batch (measured)",
-            x=tx,
-            y=ty,
+            x=[e for layer in layers for e in layer["touched"]],
+            y=[layer["layer"] for layer in layers for _ in layer["touched"]],
             mode="markers",
-            marker=dict(symbol="square-open", size=14, color="#d62728", line=dict(width=2)),
+            marker=dict(symbol="square-open", size=12, color="#d62728", line=dict(width=2)),
             hovertemplate="layer %{y}: expert %{x} read this step<extra></extra>",
         )
     )
@@ -157,8 +162,8 @@ def routing_figure(routing: dict | None = None, *, height: int = 320) -> go.Figu
 
 
 def expert_load_figure(routing: dict | None = None, *, height: int = 320) -> go.Figure:
-    """Over a trace: the share of routed tokens each expert received, per layer (measured); a
-    uniform router gives every cell k/E."""
+    """Over a trace (session.routing()): the share of each layer's routed tokens that each expert
+    received (measured); a uniform router gives every cell k/E."""
     fig = _empty("Load per expert over the trace (measured)", height)
     if not routing or not routing.get("load"):
         return fig
@@ -169,7 +174,7 @@ def expert_load_figure(routing: dict | None = None, *, height: int = 320) -> go.
             name="share of routed tokens (measured)",
             z=share,
             x=list(range(load.shape[1])),
-            y=[layer["layer"] for layer in routing["layers"]],
+            y=routing["layers"],
             customdata=load,
             colorscale="Oranges",
             zmin=0,

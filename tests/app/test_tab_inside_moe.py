@@ -1,0 +1,67 @@
+"""The Inside tab's Routing view: a tiny random Qwen3-MoE, and a dense model that says it is dense."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from app_helpers import show_tab
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from explorer.app import Dashboard
+from explorer.model.loader import LoadedModel, model_info
+
+
+@pytest.fixture(scope="module")
+def tiny_moe():
+    config = Qwen3MoeConfig(
+        vocab_size=512,
+        hidden_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=8,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        max_position_embeddings=256,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = Qwen3MoeForCausalLM(config).eval()
+    info = model_info(model, name="tiny-moe", source="local", random_weights=True)
+    return LoadedModel(model=model, tokenizer=None, info=info)
+
+
+def test_routing_view_draws_the_step_and_the_load(tiny_moe):
+    dash = Dashboard(lm=tiny_moe, prompt="Hello there", measure_peaks=False, max_new_tokens=None)
+    try:
+        for _ in range(3):
+            dash.parts["step"].click()
+        show_tab(dash, "inside")
+        dash.parts["inside-routing-run"].click()
+        one = dash.tab("inside").routing["steps"][0]
+        assert one["index"] == 2 and one["experts_touched"] == [2, 2]  # a decode step: k each
+        heat, touched = dash.parts["inside-routing"].data
+        assert [sum(not math.isnan(v) for v in row) for row in heat.z] == [2, 2]
+        assert sum(sum(v for v in row if not math.isnan(v)) for row in heat.z) == pytest.approx(2)
+        assert len(touched.x) == 4
+        load = dash.parts["inside-expert-load"].data[0]
+        tokens = sum(s.batch_size * s.tokens_fed for s in dash.session.steps)
+        assert [sum(row) for row in load.customdata] == [2 * tokens] * 2  # k picks per token
+        assert "touched 2, 2 of 8 experts" in dash.parts["inside-text"].value
+    finally:
+        dash.pause()
+        dash.wait(10)
+
+
+def test_a_dense_model_says_it_is_dense(dash):
+    dash.parts["step"].click()
+    show_tab(dash, "inside")
+    dash.parts["inside-routing-run"].click()
+    assert "dense model" in dash.parts["inside-text"].value
+    assert not dash.parts["inside-routing"].data or not dash.parts["inside-routing"].data[0].z
+    dash.parts["inside-lens-run"].click()  # the rest works
+    assert dash.tab("inside").lens
