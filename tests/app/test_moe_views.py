@@ -1,12 +1,14 @@
-"""The Inside tab's Routing view: a tiny random Qwen3-MoE, and a dense model that says it is dense."""
+"""Mixture-of-experts views: the Inside tab's Routing on a tiny random Qwen3-MoE; on a dense model it
+says so; the Capacity tab refuses experts that do not divide across the GPUs (one dashboard each)."""
 
 from __future__ import annotations
 
+import html
 import math
 
 import pytest
 import torch
-from app_helpers import show_tab
+from app_helpers import message, show_tab
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from explorer.app import Dashboard
@@ -57,7 +59,7 @@ def test_routing_view_draws_the_step_and_the_load(tiny_moe):
         dash.wait(10)
 
 
-def test_a_dense_model_says_it_is_dense(dash):
+def test_dense_routing_message_and_capacity_expert_parallel(dash):
     dash.parts["step"].click()
     show_tab(dash, "inside")
     dash.parts["inside-routing-run"].click()
@@ -65,3 +67,16 @@ def test_a_dense_model_says_it_is_dense(dash):
     assert not dash.parts["inside-routing"].data or not dash.parts["inside-routing"].data[0].z
     dash.parts["inside-lens-run"].click()  # the rest works
     assert dash.tab("inside").lens
+    tab = dash.tab("capacity")
+    assert "arch:qwen3-30b-a3b" in dash.parts["cap-model"].options
+    dash.parts["cap-model"].value = "arch:qwen3-30b-a3b"
+    dash.parts["cap-gpus"].value = 3
+    dash.parts["cap-ep"].value = True
+    dash.parts["cap-run"].click()
+    said = html.unescape(message(dash))
+    assert "does not divide the model's 128 experts" in said and "1, 2, 4" in said
+    assert tab.rows == []  # nothing drawn from a refused setup
+    dash.parts["cap-model"].value = "arch:llama-3.1-8b"
+    dash.parts["cap-gpus"].value = 2
+    dash.parts["cap-run"].click()
+    assert "model is dense" in html.unescape(message(dash))
