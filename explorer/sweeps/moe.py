@@ -5,7 +5,8 @@ embeddings, shared experts) and, per layer, only the k experts its token is rout
 B tokens touches the union of their choices: more experts per layer as B grows, until every one
 of the E experts is read each step, while the FLOPs per token stay those of the k active experts.
 
-Per batch size the sweep prefills B rows of distinct seeded tokens, reads the router's choices
+Per batch size the sweep prefills B distinct rows (windows of held-out text when the model has a
+tokenizer: a trained router routes text, not random ids; else seeded random ids), reads the router's choices
 of one untimed decode pass (explorer.engine.routing.capture: hooks removed after it), then
 times `repeats` decode passes of the same tokens without hooks. Columns:
 
@@ -29,6 +30,7 @@ import threading
 from collections.abc import Iterable
 
 import pandas as pd
+import torch
 
 from explorer import costs
 from explorer.costs.split import utilisation
@@ -161,6 +163,7 @@ def run(
     finally:
         progress_bar.close()
     extra = {"context_len": context_len, "experts": experts, "experts_per_token": k}
+    extra["fed"] = fed_text(lm, batches, context_len)
     return frame(
         rows,
         COLUMNS,
@@ -168,11 +171,44 @@ def run(
     )
 
 
+def text_windows(lm: LoadedModel, length: int) -> list[list[int]]:
+    """Windows of `length` token ids cut from the held-out documents (text the bundled models
+    never trained on), in order; [] without a tokenizer."""
+    if lm.tokenizer is None:
+        return []
+    from explorer.model.corpus import heldout_documents
+
+    windows = []
+    for doc in heldout_documents():
+        ids = lm.tokenizer(doc, verbose=False)["input_ids"]
+        windows += [ids[i : i + length] for i in range(0, len(ids) - length + 1, length)]
+    return windows
+
+
+def batch_rows(lm: LoadedModel, batch: int, length: int, seed: int) -> torch.Tensor:
+    """[batch, length] token ids: held-out text windows when the model has a tokenizer and there
+    are enough of them (a trained router routes real text, not random ids), else seeded random ids.
+    Row i is the same at every batch size, so a batch's rows are a prefix of a larger one's."""
+    windows = lm.__dict__.setdefault("_moe_windows", {})
+    if length not in windows:
+        windows[length] = text_windows(lm, length)
+    if len(windows[length]) >= batch:
+        return torch.tensor(windows[length][:batch], device=lm.device)
+    return token_ids(lm.info, batch, length, lm.device, seed)
+
+
+def fed_text(lm: LoadedModel, batches: list[int], length: int) -> str:
+    windows = lm.__dict__.get("_moe_windows", {}).get(length, [])
+    if windows and len(windows) >= max(batches):
+        return "held-out text (explorer.model.corpus), one window per row, the next token fed"
+    return "seeded random token ids"
+
+
 def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: int, tick) -> dict:
     experts, k = lm.info.num_experts, lm.info.experts_per_token
-    prompt = token_ids(lm.info, B, context_len - 1, lm.device, seed)  # [B, L - 1]: distinct rows
-    cache = prefill_cache(lm.model, prompt)
-    feed = token_ids(lm.info, B, 1, lm.device, seed + 1)  # [B, 1]
+    rows = batch_rows(lm, B, context_len, seed)  # [B, L]: distinct rows
+    cache = prefill_cache(lm.model, rows[:, :-1])
+    feed = rows[:, -1:]  # [B, 1]
     past = cache.get_seq_length()
     with capture(lm.model) as routers_seen:  # the router's choice, on an untimed pass
         forward(lm.model, feed, cache, last_only=True)
