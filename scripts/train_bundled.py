@@ -822,7 +822,7 @@ def train_one(
     report.update(train_model(model, train_rows, val_rows, s))
     if moe:
         finish_moe(model)
-        report["command"] = run.command
+        report["command"], report["machine"] = run.command, machine_info()
     save_model(model, tokenizer, run.out_dir / spec.name)
     samples = greedy_samples(model, tokenizer, prompts, run.max_new_tokens)
     return report, samples

@@ -146,6 +146,16 @@ def card_moe(training: dict[str, Any]) -> list[str]:
         f"({m['final_val_perplexity']:.1f}) | {t['final_val_loss']:.3f} "
         f"({t['final_val_perplexity']:.1f}) |",
         "",
+        *(
+            [
+                f"Machine: {m['machine']['cpu_count']} CPU cores, {m['machine']['torch_threads']} "
+                f"torch thread(s), shared with other work; torch {m['machine']['torch']}, "
+                f"transformers {m['machine']['transformers']}.",
+                "",
+            ]
+            if "machine" in m
+            else []
+        ),
         "The MoE model trained for fewer steps than the target (a short run on a shared CPU), so "
         "its perplexity is no verdict on MoE against dense; it exists so that routing is real: "
         "which experts each token reads, and how many a batch touches.",
