@@ -60,6 +60,7 @@ from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
+    Qwen3MoeForCausalLM,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -74,10 +75,10 @@ from scripts.train_moe import (  # noqa: E402
     MOE_PROMPTS,
     MOE_SPEC,
     MoeSpec,
-    build_moe_model,
     card_moe,
     finish_moe,
     is_moe,
+    moe_config,
     moe_config_summary,
 )
 
@@ -401,32 +402,35 @@ def chunk_sequences(stream: torch.Tensor, seq_len: int) -> torch.Tensor:
 # --------------------------------------------------------------------------
 
 
-def build_model(spec: ModelSpec, tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
-    """A freshly initialised Llama model following ``spec``."""
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        dtype="float32",
-    )
+def build_model(
+    spec: ModelSpec | MoeSpec, tokenizer: PreTrainedTokenizerFast, seed: int
+) -> LlamaForCausalLM | Qwen3MoeForCausalLM:
+    """A freshly initialised Llama model following ``spec`` (Qwen3-MoE for a MoeSpec)."""
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if isinstance(spec, MoeSpec):
+        config, cls = moe_config(spec, len(tokenizer), ids), Qwen3MoeForCausalLM
+    else:
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.num_kv_heads,
+            max_position_embeddings=spec.max_position_embeddings,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            dtype="float32",
+            **ids,
+        )
+        cls = LlamaForCausalLM
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        do_sample=False,
-        max_new_tokens=64,
-    )
+    model = cls(config)
+    model.generation_config = GenerationConfig(**ids, do_sample=False, max_new_tokens=64)
     return model
 
 
@@ -804,7 +808,7 @@ def train_one(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Build, train, save and sample one model; returns (report, samples)."""
     moe = isinstance(spec, MoeSpec)
-    model = (build_moe_model if moe else build_model)(spec, tokenizer, seed=s.seed)
+    model = build_model(spec, tokenizer, seed=s.seed)
     params = count_parameters(model)
     print(
         f"[{spec.name}] {params:,} parameters, {s.steps} steps x {s.tokens_per_step} tokens",
@@ -818,7 +822,7 @@ def train_one(
     report.update(train_model(model, train_rows, val_rows, s))
     if moe:
         finish_moe(model)
-        report["command"] = run.command
+        report["command"], report["machine"] = run.command, machine_info()
     save_model(model, tokenizer, run.out_dir / spec.name)
     samples = greedy_samples(model, tokenizer, prompts, run.max_new_tokens)
     return report, samples

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 MOE_PROMPTS: tuple[str, ...] = ("The return statement", "A list comprehension", "Return a new")
 
@@ -47,11 +47,11 @@ MOE_SPEC = MoeSpec(
 )
 
 
-def build_moe_model(spec: MoeSpec, tokenizer, seed: int) -> Qwen3MoeForCausalLM:
-    """A freshly initialised Qwen3-MoE model following ``spec``; it trains with the router's
-    load-balancing loss on (``output_router_logits``), switched off again before saving."""
-    config = Qwen3MoeConfig(
-        vocab_size=len(tokenizer),
+def moe_config(spec: MoeSpec, vocab_size: int, special_ids: dict[str, int]) -> Qwen3MoeConfig:
+    """The Qwen3-MoE config following ``spec``; it trains with the router's load-balancing loss on
+    (``output_router_logits``), switched off again before saving (finish_moe)."""
+    return Qwen3MoeConfig(
+        vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=4 * spec.hidden_size,  # unused: every layer is sparse
         moe_intermediate_size=spec.moe_intermediate_size,
@@ -69,21 +69,9 @@ def build_moe_model(spec: MoeSpec, tokenizer, seed: int) -> Qwen3MoeForCausalLM:
         max_position_embeddings=spec.max_position_embeddings,
         rms_norm_eps=1e-5,
         tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
         dtype="float32",
+        **special_ids,
     )
-    torch.manual_seed(seed)
-    model = Qwen3MoeForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        do_sample=False,
-        max_new_tokens=64,
-    )
-    return model
 
 
 def is_moe(model: torch.nn.Module) -> bool:
@@ -158,6 +146,16 @@ def card_moe(training: dict[str, Any]) -> list[str]:
         f"({m['final_val_perplexity']:.1f}) | {t['final_val_loss']:.3f} "
         f"({t['final_val_perplexity']:.1f}) |",
         "",
+        *(
+            [
+                f"Machine: {m['machine']['cpu_count']} CPU cores, {m['machine']['torch_threads']} "
+                f"torch thread(s), shared with other work; torch {m['machine']['torch']}, "
+                f"transformers {m['machine']['transformers']}.",
+                "",
+            ]
+            if "machine" in m
+            else []
+        ),
         "The MoE model trained for fewer steps than the target (a short run on a shared CPU), so "
         "its perplexity is no verdict on MoE against dense; it exists so that routing is real: "
         "which experts each token reads, and how many a batch touches.",

@@ -253,6 +253,34 @@ class Shape:
         idle = self.moe_layers * (self.experts - self.top_k) * self.expert_params
         return self.parameters() - idle
 
+    @property
+    def matmul_params_per_token(self) -> float:
+        """Matmul weights one token multiplies by (2 FLOPs each), all layers, LM head excluded:
+        attention, dense MLPs, and per MoE layer the router, its k experts and the shared ones."""
+        dense = (
+            self.layers * self.attn_matmul_params + self.dense_mlp_layers * self.mlp_matmul_params
+        )
+        routed = self.experts * self.hidden + self.top_k * self.expert_matmul_params
+        return float(dense + self.moe_layers * (routed + self.shared_matmul_params))
+
+    @property
+    def matmul_params(self) -> int:
+        """Matmul weights stored, all layers (every expert), LM head excluded."""
+        dense = (
+            self.layers * self.attn_matmul_params + self.dense_mlp_layers * self.mlp_matmul_params
+        )
+        routed = self.experts * (self.hidden + self.expert_matmul_params)
+        return dense + self.moe_layers * (routed + self.shared_matmul_params)
+
+    def weight_bytes_read(self, tokens: int) -> float:
+        """Weight bytes one pass over `tokens` tokens reads, input embedding rows aside: every
+        weight once, but of the routed experts only those the tokens touch (uniform routing)."""
+        parts = self.weight_bytes_by_part()
+        if self.is_moe:
+            touched = self.moe_layers * self.experts_touched(tokens)
+            parts["weights/experts"] = touched * self.expert_params * self.bytes_per_value
+        return float(sum(parts.values()))
+
     def experts_touched(self, tokens: int) -> float:
         """Expected experts one MoE layer reads for `tokens` tokens routed uniformly (0: dense)."""
         if not self.is_moe:

@@ -123,3 +123,26 @@ def test_dense_model_has_no_moe_parts(target):
     cost = costs.forward_cost(target.info, batch=8, tokens_fed=1, context_len=16)
     assert not any("expert" in k or "router" in k for k in (*cost.bytes, *cost.flops))
     assert costs.shape_of(target.info).experts_touched(8) == 0
+
+
+def test_per_token_matmuls_and_bytes_read_for_serving_models():
+    model, info = tiny_qwen3_moe()
+    shape = costs.shape_of(info)
+    cost = costs.forward_cost(info, batch=5, tokens_fed=1, context_len=3, logits_positions=1)
+    lm_head = cost.flops["flops/lm_head"]
+    per_token = (cost.total_flops - cost.flops["flops/attention_scores"] - lm_head) / 5
+    assert 2 * shape.matmul_params_per_token == pytest.approx(per_token)
+    stored = sum(p.numel() for p in model.parameters() if p.dim() >= 2)
+    tables = (1 if info.tied_embeddings else 2) * info.vocab_size * info.hidden_size
+    assert shape.matmul_params == stored - tables  # the router counts as a matmul weight
+    weights = sum(v for k, v in cost.bytes.items() if k.startswith("weights/"))
+    gathered = cost.bytes["weights/embedding"]
+    assert shape.weight_bytes_read(5) == pytest.approx(weights - gathered)
+
+
+def test_dense_per_token_matmuls_are_attention_and_mlp(target):
+    shape = costs.shape_of(target.info)
+    assert shape.matmul_params_per_token == shape.layers * (
+        shape.attn_matmul_params + shape.mlp_matmul_params
+    )
+    assert shape.weight_bytes_read(7) == sum(shape.weight_bytes_by_part().values())

@@ -89,3 +89,70 @@ def test_experts_touched_tends_to_every_expert():
     assert experts_touched_expected(128, 8, 1) == 8
     assert experts_touched_expected(128, 8, 64) == pytest.approx(128 * (1 - (120 / 128) ** 64))
     assert 127 < experts_touched_expected(128, 8, 256) <= 128
+
+
+# --- the bundled MoE model ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def moe():
+    from explorer import load
+
+    return load("bundled:moe")
+
+
+@pytest.fixture(scope="module")
+def records():
+    from explorer.model.loader import MODELS_DIR
+
+    def read(name):
+        return json.loads((MODELS_DIR / name).read_text(encoding="utf-8"))
+
+    return read("training.json"), read("samples.json")
+
+
+def test_bundled_moe_loads_through_the_loader(moe, records):
+    from explorer import costs
+    from explorer.model.loader import MODELS_DIR
+
+    info, record = moe.info, records[0]["models"]["moe"]
+    assert (info.source, info.family, info.random_weights) == ("bundled", "qwen3_moe", False)
+    assert (info.num_experts, info.experts_per_token, info.moe_layers) == (16, 2, info.layers)
+    assert info.parameters == record["parameters"]
+    assert info.active_parameters == record["config"]["active_parameters"] < info.parameters / 2
+    assert costs.shape_of(info).parameters() == info.parameters
+    same = (MODELS_DIR / "moe" / "tokenizer.json").read_bytes()
+    assert same == (MODELS_DIR / "target" / "tokenizer.json").read_bytes()  # one tokenizer
+
+
+def test_bundled_moe_reproduces_its_samples(moe, records):
+    import torch
+
+    samples = records[1]["moe"]
+    assert samples
+    for sample in samples:
+        inputs = moe.tokenizer(sample["prompt"], return_tensors="pt")
+        assert inputs["input_ids"][0].tolist() == sample["prompt_ids"]
+        with torch.no_grad():
+            out = moe.model.generate(
+                **inputs, do_sample=False, max_new_tokens=sample["max_new_tokens"]
+            )
+        assert out[0, len(sample["prompt_ids"]) :].tolist() == sample["new_token_ids"]
+
+
+def test_bundled_moe_is_trained_and_scored_beside_the_target(records):
+    models = records[0]["models"]
+    moe, target = models["moe"], models["target"]
+    assert moe["final_val_loss"] < moe["history"][0]["val_loss"] - 1.0
+    assert moe["final_val_loss"] < 6.6  # below a unigram guess on this corpus (test_bundled_models)
+    assert moe["seq_len"] == target["seq_len"]  # the same held-out rows score both
+
+
+def test_bundled_moe_decode_reads_k_experts_per_layer(moe):
+    from explorer import Session
+
+    session = Session(moe, "The return statement", max_new_tokens=2, roofline=False)
+    session.run()
+    decode = session.routing(step=1)["steps"][0]
+    assert decode["experts_touched"] == [2] * moe.info.moe_layers
+    assert decode["experts_touched_formula"] == 2
