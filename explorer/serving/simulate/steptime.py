@@ -7,7 +7,7 @@ exactly what explorer.serving.Iteration.passes records for the real engines. Its
     bytes = every weight once (at its real bytes per value) + K/V read for each pass's past
             + K/V written for each pass's query                                 (explorer.costs)
             (a mixture of experts: only the experts the iteration's tokens touch, expected
-            E x (1 - (1 - k/E)^tokens) per MoE layer for uniform routing; weights_read)
+            E x (1 - (1 - k/E)^tokens) per MoE layer for uniform routing; Shape.weight_bytes_read)
     flops = the sum over passes of forward_flops(query, past + query, one logit row)
 
 and its time (STEP_RULE), with seven non-negative parameters fitted to measured iterations:
@@ -60,24 +60,11 @@ PARAMS = (
 )
 
 
-def weights_read(shape: Shape, tokens: int, weights: float, one_expert: float) -> float:
-    """Weight bytes an iteration of `tokens` tokens reads: `weights` (every weight once) for a
-    dense model; for a mixture of experts the routed experts it does not touch are taken out,
-    E x (1 - (1 - k/E)^tokens) touched per MoE layer for uniform routing (one_expert: the bytes
-    of one expert of one layer)."""
-    if not shape.is_moe:
-        return weights
-    idle = shape.experts - shape.experts_touched(tokens)
-    return weights - shape.moe_layers * idle * one_expert
-
-
 def iteration_work(shape: Shape, passes: list[list[int]]) -> dict[str, float]:
     """Modelled bytes and FLOPs of one iteration (see the module docstring)."""
     past = sum(p for _, p in passes)
     query = sum(q for q, _ in passes)
-    every = float(sum(shape.weight_bytes_by_part().values()))
-    one_expert = shape.expert_params * shape.bytes_per_value
-    weights = weights_read(shape, query, every, one_expert)
+    weights = shape.weight_bytes_read(query)  # a mixture of experts: the experts touched
     kv = float(shape.kv_bytes_per_token * (past + query))  # read the past, write the query
     flops = 0.0
     for q, p in passes:

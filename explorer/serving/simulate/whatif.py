@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass, field
 
 from explorer.costs.hardware import DTYPE_BYTES, Chip, chip_dtype, chip_named
-from explorer.costs.parts import Shape, forward_flops, shape_of
+from explorer.costs.parts import Shape, shape_of
 from explorer.serving.engines import check_context
-from explorer.serving.simulate.steptime import StepModel, weights_read
+from explorer.serving.simulate.steptime import StepModel
 
 CHIP_RULE = (
     "seconds = max(bytes per GPU / (bandwidth x bw_efficiency), FLOPs per GPU / (FLOP/s x "
@@ -149,7 +149,7 @@ def chip_work(
 ) -> dict:
     """Bytes and FLOPs of one iteration, in closed form (the same sums as
     steptime.iteration_work, at the what-if's weight and KV bytes): every weight once (a mixture
-    of experts: the experts its tokens touch, steptime.weights_read), K/V read for each pass's
+    of experts: the experts its tokens touch, weights_read), K/V read for each pass's
     past and written for its query; 2 FLOPs per matmul weight a token uses (k experts) per query
     token, 4 x heads x head_dim per query x key pair per layer, one logit row per pass."""
     query = past = pairs = 0
@@ -157,7 +157,7 @@ def chip_work(
         query += q
         past += p
         pairs += q * (p + q)
-    per_token = token_matmul_flops(shape)
+    per_token = 2.0 * shape.matmul_params_per_token
     flops = (
         per_token * query
         + 4.0 * shape.layers * shape.heads * shape.head_dim * pairs
@@ -171,11 +171,16 @@ def chip_work(
     }
 
 
-def token_matmul_flops(shape: Shape) -> float:
-    """FLOPs of one token through every weight matrix it uses but the output head (a mixture of
-    experts: router, k experts and any shared ones), from explorer.costs.parts.forward_flops."""
-    parts = forward_flops(shape, 1, 1, 1, 1)
-    return sum(v for k, v in parts.items() if k not in ("flops/attention_scores", "flops/lm_head"))
+def weights_read(shape: Shape, tokens: int, weights: float, one_expert: float) -> float:
+    """Weight bytes an iteration of `tokens` tokens reads, at the what-if's bytes per value:
+    `weights` (every weight once) for a
+    dense model; for a mixture of experts the routed experts it does not touch are taken out,
+    E x (1 - (1 - k/E)^tokens) touched per MoE layer for uniform routing (one_expert: the bytes
+    of one expert of one layer)."""
+    if not shape.is_moe:
+        return weights
+    idle = shape.experts - shape.experts_touched(tokens)
+    return weights - shape.moe_layers * idle * one_expert
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,7 @@ def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
     embedding table, of which it gathers a few rows (explorer.costs.parts)."""
     shape = shape_of(info)
     dtype = chip_dtype(precision.dtype)
-    matmul = matmul_params(shape)
+    matmul = shape.matmul_params
     parts = shape.weight_bytes_by_part()
     read = sum(parts.values()) * DTYPE_BYTES[dtype] / shape.bytes_per_value
     stored = info.parameters * DTYPE_BYTES[dtype]
@@ -208,15 +213,6 @@ def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
         stored = (info.parameters - matmul) * 2 + matmul
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES[precision.kv()]
     return float(stored), float(read), float(kv)
-
-
-def matmul_params(shape: Shape) -> int:
-    """Parameters of every attention, MLP and expert matrix (what FP8 weights store at 1 byte)."""
-    out = shape.layers * shape.attn_matmul_params + shape.dense_mlp_layers * shape.mlp_matmul_params
-    if shape.is_moe:
-        routed = shape.experts * shape.expert_matmul_params + shape.shared_matmul_params
-        out += shape.moe_layers * routed
-    return out
 
 
 def one_expert_bytes(shape: Shape, precision: Precision) -> float:
