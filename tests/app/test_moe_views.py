@@ -7,38 +7,19 @@ import html
 import math
 
 import pytest
-import torch
 from app_helpers import message, show_tab
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from moe_helpers import tiny_moe
 
 from explorer.app import Dashboard
-from explorer.model.loader import LoadedModel, model_info
 
 
 @pytest.fixture(scope="module")
-def tiny_moe():
-    config = Qwen3MoeConfig(
-        vocab_size=512,
-        hidden_size=64,
-        moe_intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        num_experts=8,
-        num_experts_per_tok=2,
-        norm_topk_prob=True,
-        max_position_embeddings=256,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    model = Qwen3MoeForCausalLM(config).eval()
-    info = model_info(model, name="tiny-moe", source="local", random_weights=True)
-    return LoadedModel(model=model, tokenizer=None, info=info)
+def moe_lm():
+    return tiny_moe(8, 2)
 
 
-def test_routing_view_draws_the_step_and_the_load(tiny_moe):
-    dash = Dashboard(lm=tiny_moe, prompt="Hello there", measure_peaks=False, max_new_tokens=None)
+def test_routing_view_draws_the_step_and_the_load(moe_lm):
+    dash = Dashboard(lm=moe_lm, prompt="Hello there", measure_peaks=False, max_new_tokens=None)
     try:
         for _ in range(3):
             dash.parts["step"].click()

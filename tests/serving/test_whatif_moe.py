@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+from moe_helpers import tiny_moe
 
 from explorer.costs.parts import shape_of
-from explorer.model.loader import arch_info, model_info
+from explorer.model.loader import arch_info
 from explorer.serving.simulate.whatif import chip_model, chip_work
 
 
 def small_moe_info(experts: int):
-    """A small Qwen3-MoE shape on the meta device: 8 heads, 4 KV heads, `experts` experts, top-2."""
-    config = Qwen3MoeConfig(
-        vocab_size=1024,
-        hidden_size=256,
-        moe_intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=32,
-        num_experts=experts,
-        num_experts_per_tok=2,
-        max_position_embeddings=512,
-    )
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    return model_info(model, name=f"small-moe-{experts}", source="arch", random_weights=True)
+    """A tiny Qwen3-MoE's facts: 8 heads, 4 KV heads, `experts` experts, top-2."""
+    return tiny_moe(experts, 2, heads=8, kv_heads=4, name=f"small-moe-{experts}").info
 
 
 def test_bytes_follow_experts_touched():

@@ -3,37 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from moe_helpers import tiny_moe
 
 from explorer import sweeps
 from explorer.costs.hardware import Peaks
 from explorer.inside import hook_count
-from explorer.model.loader import LoadedModel, model_info
 from explorer.sweeps import moe
-
-
-def tiny_moe(experts: int = 16, k: int = 2) -> LoadedModel:
-    """Two MoE layers of `experts` experts, top-`k`, hidden 64 (random weights)."""
-    config = Qwen3MoeConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        num_experts=experts,
-        num_experts_per_tok=k,
-        norm_topk_prob=True,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    model = Qwen3MoeForCausalLM(config).eval()
-    return LoadedModel(
-        model, None, model_info(model, name="tiny-moe", source="arch", random_weights=True)
-    )
 
 
 @pytest.fixture(scope="module")
