@@ -66,9 +66,7 @@ class CapacityTab(Tab):
         self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
         self.chip = box(W.Dropdown, "chip", "h100", "chip", options=_chips())
         self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
-        self.expert_parallel = box(
-            W.Checkbox, "ep", False, "experts split whole (EP)", "230px", indent=False
-        )  # a mixture of experts: E/N whole experts per GPU instead of a slice of each
+        self.expert_parallel = box(W.Checkbox, "ep", False, "split experts (EP)", indent=False)
         self.dtype = box(
             W.Dropdown,
             "dtype",
