@@ -11,6 +11,8 @@ language models that share that tokenizer:
   used to show next-token distributions, sampling, KV caches, ...
 * ``draft`` -- a much smaller model (< 1/3 of the target's parameters) trained
   on the same data, used as the proposal model for speculative decoding.
+* ``moe`` -- a Qwen3-MoE mixture-of-experts model (16 experts, top-2) on the same
+  data and tokenizer, so that routing is real (scripts/train_moe.py).
 
 Everything is deterministic (fixed seeds, deterministic torch algorithms, a
 sorted module list, a hash-based validation split), so a rerun on the same
@@ -20,6 +22,8 @@ Usage::
 
     python scripts/train_bundled.py                 # full run -> assets/models/
     python scripts/train_bundled.py --quick --out /tmp/bundled   # smoke test
+    python scripts/train_bundled.py --only moe      # retrain one model; the others and the
+                                                    # tokenizer (read from target/) stay
 
 This script depends on torch, tokenizers and transformers, and takes the corpus
 cutting and the validation split from ``explorer/model/corpus.py`` (standard
@@ -56,6 +60,7 @@ from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
+    Qwen3MoeForCausalLM,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -66,8 +71,19 @@ from explorer.model.corpus import (  # noqa: E402
     pydoc_topic_documents,
     split_paragraph_groups,
 )
+from scripts.train_moe import (  # noqa: E402
+    MOE_PROMPTS,
+    MOE_SPEC,
+    MoeSpec,
+    card_moe,
+    finish_moe,
+    is_moe,
+    moe_config,
+    moe_config_summary,
+)
 
 DEFAULT_OUT = REPO_ROOT / "assets" / "models"
+ALL_MODELS = ("target", "draft", "moe")
 
 BOS_EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -181,6 +197,9 @@ class RunSettings:
     draft: ModelSpec
     target_train: TrainSettings
     draft_train: TrainSettings
+    moe: MoeSpec = MOE_SPEC
+    moe_train: TrainSettings | None = None
+    only: tuple[str, ...] = ALL_MODELS  # the models this run trains; the others' records stay
     max_new_tokens: int = 24
     command: str = "python scripts/train_bundled.py"
 
@@ -383,32 +402,35 @@ def chunk_sequences(stream: torch.Tensor, seq_len: int) -> torch.Tensor:
 # --------------------------------------------------------------------------
 
 
-def build_model(spec: ModelSpec, tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
-    """A freshly initialised Llama model following ``spec``."""
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        dtype="float32",
-    )
+def build_model(
+    spec: ModelSpec | MoeSpec, tokenizer: PreTrainedTokenizerFast, seed: int
+) -> LlamaForCausalLM | Qwen3MoeForCausalLM:
+    """A freshly initialised Llama model following ``spec`` (Qwen3-MoE for a MoeSpec)."""
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    if isinstance(spec, MoeSpec):
+        config, cls = moe_config(spec, len(tokenizer), ids), Qwen3MoeForCausalLM
+    else:
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.num_kv_heads,
+            max_position_embeddings=spec.max_position_embeddings,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            dtype="float32",
+            **ids,
+        )
+        cls = LlamaForCausalLM
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        do_sample=False,
-        max_new_tokens=64,
-    )
+    model = cls(config)
+    model.generation_config = GenerationConfig(**ids, do_sample=False, max_new_tokens=64)
     return model
 
 
@@ -480,7 +502,8 @@ def evaluate(model: LlamaForCausalLM, rows: torch.Tensor, batch_size: int = 32) 
     total, count = 0.0, 0
     for start in range(0, rows.shape[0], batch_size):
         batch = rows[start : start + batch_size]
-        loss = model(input_ids=batch, labels=batch).loss
+        kw = {"output_router_logits": False} if is_moe(model) else {}  # the LM loss alone
+        loss = model(input_ids=batch, labels=batch, **kw).loss
         n = batch.shape[0] * (batch.shape[1] - 1)
         total += loss.item() * n
         count += n
@@ -619,6 +642,7 @@ def model_card(training: dict[str, Any], samples: dict[str, Any]) -> str:
     lines = [
         *_card_intro(training),
         *_card_models(training),
+        *card_moe(training),
         *_card_samples(samples),
         *_card_limits(),
     ]
@@ -631,7 +655,8 @@ def _card_intro(training: dict[str, Any]) -> list[str]:
     return [
         "# Bundled models (model card)",
         "",
-        "Two Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained on a CPU by",
+        "Llama-architecture causal LMs (target, draft) and a Qwen3-MoE model (moe) that share one",
+        "byte-level BPE tokenizer, trained on a CPU by",
         f"`{training.get('command', 'python scripts/train_bundled.py')}`. This file, `training.json` (every",
         "number, the loss history) and `samples.json` (greedy continuations, which the tests regenerate",
         "token for token) are written by that script.",
@@ -728,8 +753,8 @@ def _card_samples(samples: dict[str, Any]) -> list[str]:
         f"`{samples['how']}`",
         "",
     ]
-    for name in ("target", "draft"):
-        for sample in samples[name]:
+    for name in ALL_MODELS:
+        for sample in samples.get(name, []):
             text = sample["text"].replace("\n", "\\n")
             lines.append(f"- {name}: **{sample['prompt']}**{text}")
     return lines
@@ -782,6 +807,7 @@ def train_one(
     prompts: Iterable[str],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Build, train, save and sample one model; returns (report, samples)."""
+    moe = isinstance(spec, MoeSpec)
     model = build_model(spec, tokenizer, seed=s.seed)
     params = count_parameters(model)
     print(
@@ -790,17 +816,20 @@ def train_one(
     )
     report = {
         "parameters": params,
-        "config": config_summary(model),
+        "config": (moe_config_summary if moe else config_summary)(model),
         "spec": dataclasses.asdict(spec),
     }
     report.update(train_model(model, train_rows, val_rows, s))
+    if moe:
+        finish_moe(model)
+        report["command"], report["machine"] = run.command, machine_info()
     save_model(model, tokenizer, run.out_dir / spec.name)
     samples = greedy_samples(model, tokenizer, prompts, run.max_new_tokens)
     return report, samples
 
 
 def run(settings: RunSettings) -> None:
-    """Build corpus and tokenizer, train both models, write all outputs."""
+    """Build corpus and tokenizer, train the models asked for, write all outputs."""
     t0 = time.perf_counter()
     print("building corpus ...", flush=True)
     corpus = build_corpus(settings.val_fraction)
@@ -809,8 +838,7 @@ def run(settings: RunSettings) -> None:
         f"{corpus.num_chars:,} characters",
         flush=True,
     )
-    print("training tokenizer ...", flush=True)
-    tokenizer = train_tokenizer(corpus.train_docs, settings.vocab_size)
+    tokenizer = prepare_tokenizer(settings, corpus)
     train_stream = encode_stream(tokenizer, corpus.train_docs)
     val_stream = encode_stream(tokenizer, corpus.val_docs)
     print(
@@ -818,21 +846,63 @@ def run(settings: RunSettings) -> None:
         f"{val_stream.numel():,} val tokens",
         flush=True,
     )
-
-    reports: dict[str, Any] = {}
-    samples: dict[str, Any] = {}
-    for spec, s, prompts in (
-        (settings.target, settings.target_train, TARGET_PROMPTS),
-        (settings.draft, settings.draft_train, DRAFT_PROMPTS),
-    ):
+    partial = set(settings.only) != set(ALL_MODELS)
+    training, samples = previous_records(settings.out_dir) if partial else ({"models": {}}, {})
+    plan = {
+        "target": (settings.target, settings.target_train, TARGET_PROMPTS),
+        "draft": (settings.draft, settings.draft_train, DRAFT_PROMPTS),
+        "moe": (settings.moe, settings.moe_train, MOE_PROMPTS),
+    }
+    for name in settings.only:
+        spec, s, prompts = plan[name]
         train_rows = chunk_sequences(train_stream, s.seq_len)
         val_rows = chunk_sequences(val_stream, s.seq_len)
-        reports[spec.name], samples[spec.name] = train_one(
+        training["models"][name], samples[name] = train_one(
             spec, s, tokenizer, train_rows, val_rows, settings, prompts
         )
+    if not partial or "target" in settings.only:
+        training = training_record(settings, corpus, tokenizer, train_stream, val_stream) | {
+            "models": training["models"]
+        }
+        training["total_wall_time_s"] = round(time.perf_counter() - t0, 1)
+    write_records(settings, training, samples)
+    print(f"done in {time.perf_counter() - t0:.0f}s -> {settings.out_dir}", flush=True)
 
-    ratio = reports["draft"]["parameters"] / reports["target"]["parameters"]
-    training = {
+
+def prepare_tokenizer(settings: RunSettings, corpus: Corpus) -> PreTrainedTokenizerFast:
+    """Train the tokenizer, or, when the target is not retrained, reuse the one it was trained with."""
+    if "target" in settings.only:
+        print("training tokenizer ...", flush=True)
+        return train_tokenizer(corpus.train_docs, settings.vocab_size)
+    path = settings.out_dir / "target"
+    if not (path / "tokenizer.json").exists():
+        raise SystemExit(f"--only {','.join(settings.only)} needs the target's tokenizer in {path}")
+    print(f"reusing the tokenizer of {path} ...", flush=True)
+    return PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def previous_records(out_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """training.json and samples.json as an earlier run wrote them (a partial run updates them)."""
+    try:
+        training = json.loads((out_dir / "training.json").read_text(encoding="utf-8"))
+        samples = json.loads((out_dir / "samples.json").read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise SystemExit(
+            f"a partial run (--only) updates earlier records: {err.filename} missing"
+        ) from None
+    samples.pop("how", None)
+    return training, samples
+
+
+def training_record(
+    settings: RunSettings,
+    corpus: Corpus,
+    tokenizer: PreTrainedTokenizerFast,
+    train_stream: torch.Tensor,
+    val_stream: torch.Tensor,
+) -> dict[str, Any]:
+    """training.json's header: the command, the machine, the corpus and the tokenizer."""
+    return {
         "generated_by": "scripts/train_bundled.py",
         "command": settings.command,
         "machine": machine_info(),
@@ -864,10 +934,15 @@ def run(settings: RunSettings) -> None:
             "pad_token_id": tokenizer.pad_token_id,
             "adds_bos": True,
         },
-        "models": reports,
-        "draft_to_target_parameter_ratio": round(ratio, 4),
-        "total_wall_time_s": round(time.perf_counter() - t0, 1),
     }
+
+
+def write_records(settings: RunSettings, training: dict[str, Any], samples: dict[str, Any]) -> None:
+    """training.json, samples.json and the model card written from them."""
+    models = training["models"]
+    if "target" in models and "draft" in models:
+        ratio = models["draft"]["parameters"] / models["target"]["parameters"]
+        training["draft_to_target_parameter_ratio"] = round(ratio, 4)
     samples_record = {
         "how": "model.generate(**tok(prompt, return_tensors='pt'), do_sample=False, "
         f"max_new_tokens={settings.max_new_tokens})",
@@ -878,7 +953,6 @@ def run(settings: RunSettings) -> None:
     (settings.out_dir / "README.md").write_text(
         model_card(training, samples_record), encoding="utf-8"
     )
-    print(f"done in {training['total_wall_time_s']:.0f}s -> {settings.out_dir}", flush=True)
 
 
 def parse_args(argv: list[str] | None = None) -> RunSettings:
@@ -890,6 +964,16 @@ def parse_args(argv: list[str] | None = None) -> RunSettings:
     )
     p.add_argument("--target-steps", type=int, default=None)
     p.add_argument("--draft-steps", type=int, default=None)
+    p.add_argument("--moe-steps", type=int, default=None)
+    p.add_argument(
+        "--moe-batch-size", type=int, default=None, help="rows per MoE step (default --batch-size)"
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(ALL_MODELS),
+        help="comma-separated models to train (target,draft,moe); the others' weights and "
+        "records stay as they are, and without target the tokenizer is read from target/",
+    )
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--vocab-size", type=int, default=4096)
@@ -905,6 +989,10 @@ def parse_args(argv: list[str] | None = None) -> RunSettings:
     quick = a.quick
     target_steps = a.target_steps or (20 if quick else 1500)
     draft_steps = a.draft_steps or (20 if quick else 1500)
+    moe_steps = a.moe_steps or (20 if quick else 600)
+    only = tuple(n.strip() for n in a.only.split(",") if n.strip())
+    if not only or set(only) - set(ALL_MODELS):
+        p.error(f"--only takes names from {','.join(ALL_MODELS)}, got {a.only!r}")
     batch = 4 if quick else a.batch_size
     eval_every = 10 if quick else 100
     configure_determinism(a.seed, a.threads)
@@ -922,6 +1010,13 @@ def parse_args(argv: list[str] | None = None) -> RunSettings:
         draft_train=TrainSettings(
             steps=draft_steps, lr=4e-3, warmup_steps=min(100, draft_steps // 4), **common
         ),
+        moe_train=TrainSettings(
+            steps=moe_steps,
+            lr=3e-3,
+            warmup_steps=min(60, moe_steps // 4),
+            **(common | {"batch_size": a.moe_batch_size or batch}),
+        ),
+        only=only,
         command=" ".join(
             ["python scripts/train_bundled.py", *(argv if argv is not None else sys.argv[1:])]
         ),

@@ -328,6 +328,28 @@ def check_13(f: dict) -> None:
         assert mw["predicted_batch"] > 0 and mw["failed_batch"] is not None, mw
 
 
+def check_14(f: dict) -> None:
+    E, k, batches = f["E"], f["k"], f["batches"]
+    assert f["batch1_touched"] == [k] * f["moe_layers"], "one token reads exactly its k experts"
+    assert f["touched_min"][0] == f["touched_max"][0] == k and batches[0] == 1
+    assert all(k <= lo <= hi <= E for lo, hi in zip(f["touched_min"], f["touched_max"]))
+    # a batch's rows are a prefix of the next batch's: the experts touched can only grow
+    for touched in (f["touched"], f["random_touched"]):
+        assert all(a <= b for a, b in zip(touched, touched[1:])), touched
+    # uniform routing spreads the most: a trained (skewed) router touches at most about as many
+    assert all(m <= u + 1.5 for m, u in zip(f["touched"], f["formula"])), f["touched"]
+    # a random router is close to uniform: near the formula, and every expert read at the end
+    for measured, formula in zip(f["random_touched"], f["random_formula"]):
+        assert abs(measured - formula) <= 0.2 * E, (measured, formula)
+    assert f["random_touched_min"][-1] == E
+    # bytes follow the experts touched, from the dense-active size towards the dense-total size
+    assert all(a <= b for a, b in zip(f["bytes"], f["bytes"][1:]))
+    assert f["bytes"][0] == pytest.approx(f["dense_active"][0], rel=1e-9)
+    assert all(b <= t * (1 + 1e-9) for b, t in zip(f["bytes"], f["dense_total"]))
+    # while the FLOPs per token stay the active experts'
+    assert f["flops_per_token"] == pytest.approx([f["flops_per_token"][0]] * len(batches), rel=1e-9)
+
+
 CHECKS = {
     "01": check_01,
     "02": check_02,
@@ -342,6 +364,7 @@ CHECKS = {
     "11": check_11,
     "12": check_12,
     "13": check_13,
+    "14": check_14,
 }
 
 

@@ -17,7 +17,7 @@ def _add_info(sub) -> None:
         "model",
         nargs="?",
         default=None,
-        help="bundled:target (default), bundled:draft, arch:NAME, hub id or path",
+        help="bundled:target (default), bundled:draft, bundled:moe, arch:NAME, hub id or path",
     )
     p.add_argument("--list", action="store_true", help="list every offline model name")
     p.add_argument("--json", action="store_true")
@@ -43,13 +43,12 @@ def _cmd_info(args) -> int:
     if args.json:
         print_json(info.to_dict())
         return 0
-    for key, value in info.to_dict().items():
-        print(
-            f"{key:>26}  {value:,}"
-            if isinstance(value, int) and not isinstance(value, bool)
-            else f"{key:>26}  {value}"
-        )
-    print(f"{'kv_bytes_per_token':>26}  {info.kv_bytes_per_token:,}")
+    facts = info.to_dict()
+    w = max(map(len, facts))
+    for key, value in facts.items():
+        number = isinstance(value, int) and not isinstance(value, bool)
+        print(f"{key:>{w}}  {value:,}" if number else f"{key:>{w}}  {value}")
+    print(f"{'kv_bytes_per_token':>{w}}  {info.kv_bytes_per_token:,}")
     if big:
         print("(shape only: built on the meta device, no memory allocated)")
     return 0

@@ -42,6 +42,11 @@ def add_simulate(sub, name: str) -> None:
     p.add_argument(
         "--kv-dtype", default=None, help="--hardware: the KV cache's dtype (fp8; default: 16-bit)"
     )
+    p.add_argument(
+        "--expert-parallel",
+        action="store_true",
+        help="--hardware, a mixture of experts: split its experts whole across the --tp GPUs",
+    )
     p.add_argument("--device", default="auto")
     add_workload_flags(p)
     p.add_argument(
@@ -232,7 +237,10 @@ def _overrides(args) -> dict:
             None if args.iteration_overhead_ms is None else args.iteration_overhead_ms / 1e3,
         ),
     )
-    return {k: v for k, v in pairs if v is not None}
+    out = {k: v for k, v in pairs if v is not None}
+    if getattr(args, "expert_parallel", False):
+        out["expert_parallel"] = True
+    return out
 
 
 def _step_model(args):
@@ -258,6 +266,8 @@ def _step_model(args):
         raise ValueError("--tp needs --hardware (this machine is one device)")
     if args.kv_dtype:
         raise ValueError("--kv-dtype needs --hardware (the what-if on a known chip)")
+    if args.expert_parallel:
+        raise ValueError("--expert-parallel needs --hardware (the what-if on a known chip)")
     from explorer.serving.simulate import profile
 
     lm = load(args.model, device=args.device, dtype=args.dtype or "auto")

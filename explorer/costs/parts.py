@@ -20,6 +20,24 @@ quantised: an int8 weight is 1 byte plus its per-row scale and zero point, from 
     activations             an ESTIMATE: every intermediate tensor of a layer written once and read
                             once (see Shape.act_elems), plus the logits written and read back.
 
+Mixture of experts (ModelInfo.num_experts set; E experts per MoE layer, k per token, T = B*n tokens):
+
+    weights/mlp             the dense MLPs of the layers that have no experts (0 when all are routed)
+    weights/router          every router matrix [E, hidden] (and bias), read once per pass
+    weights/experts         the experts the pass touches, per MoE layer: measured from the router
+                            when the model ran (experts_touched, one count per MoE layer), else the
+                            expectation for uniform routing E*(1 - (1 - k/E)^T) per layer; times the
+                            bytes of one expert. At T = 1 that is k experts; as T grows, all E.
+    weights/shared_experts  the experts every token uses (Qwen2-MoE, DeepSeek), read once per pass
+    flops/router            2*T*hidden*E per MoE layer
+    flops/experts           2*T*k*(one expert's matrix parameters) per MoE layer: only the active
+                            experts compute, however many the batch touches
+    flops/shared_experts    2*T*(shared expert matrix parameters) per MoE layer
+
+Not modelled for MoE: sliding-window layers (gpt-oss's alternate layers keep only the last 128
+positions, so its kv_read is overstated beyond 128 tokens) and any padding or capacity factor of an
+expert kernel (grouped GEMM): each touched expert's weights are read once per pass.
+
 Without a cache there is no KV read/write to memory: K and V of the whole sequence are
 recomputed inside the pass (n == L), so the work moves to FLOPs, which grow with n*L.
 
@@ -52,6 +70,7 @@ from functools import lru_cache
 from typing import Any
 
 from explorer.model.loader import ModelInfo, dtype_bytes
+from explorer.model.moe import experts_touched_expected
 
 # Per-family structure the ModelInfo numbers do not say. Keys: MLP kind, norm kind, learned
 # position embedding, biases on q/k/v, on the attention output, on the MLP matrices.
@@ -91,12 +110,28 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 # Qwen3: Llama's structure plus an RMSNorm over each head's q and k (head_dim weights each)
 FAMILIES["qwen3"] = {**FAMILIES["llama"], "qk_norm": True}
+# Mixtures of experts: the dense family's attention, routed SwiGLU experts in the MLP's place
+FAMILIES["mixtral"] = dict(FAMILIES["mistral"])
+FAMILIES["qwen3_moe"] = dict(FAMILIES["qwen3"])
+FAMILIES["qwen2_moe"] = dict(FAMILIES["qwen2"])
+# gpt-oss: biases on q/k/v/o, on every expert matrix and on the router; one attention sink per head
+FAMILIES["gpt_oss"] = {
+    **FAMILIES["llama"],
+    "qkv_bias": True,
+    "out_bias": True,
+    "mlp_bias": True,
+    "router_bias": True,
+    "sinks": True,
+}
 
 PART_NOTES: dict[str, str] = {
     "weights/embedding": "modelled: B*n gathered rows of the token embedding",
     "weights/position_embedding": "modelled: B*n gathered rows of the learned position embedding",
     "weights/attention": "modelled: all q/k/v/o weights and biases, read once",
-    "weights/mlp": "modelled: all MLP weights and biases, read once",
+    "weights/mlp": "modelled: all MLP weights and biases, read once (MoE: the dense layers' only)",
+    "weights/router": "modelled: every router matrix [experts, hidden], read once",
+    "weights/experts": "modelled: the experts the pass touches per layer (measured from the router, else E*(1-(1-k/E)^tokens)) x one expert's bytes",
+    "weights/shared_experts": "modelled: the experts every token uses, read once",
     "weights/norms": "modelled: all norm weights (and biases), read once",
     "weights/lm_head": "modelled: the whole output matrix, read once (tied: shared with the embedding, counted once)",
     "kv_read": "modelled: cached prefix K and V, 2*layers*kv_heads*head_dim*bytes*B*(L-n); fresh K/V not re-counted",
@@ -137,13 +172,26 @@ class Shape:
     # bytes per matmul weight value by part (scales included): the dtype's size unless quantised
     linear_bytes: tuple[tuple[str, float], ...] = ()
     qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
+    # mixture of experts (0 / False for a dense model; explorer.model.moe):
+    experts: int = 0  # routed experts per MoE layer (E)
+    top_k: int = 0  # experts per token (k)
+    expert_inter: int = 0  # one expert's MLP width
+    moe_layers: int = 0  # layers whose MLP is routed; the other layers have a dense MLP of `inter`
+    shared_inter: int = 0  # all shared experts' MLP width together (0: none)
+    router_bias: bool = False
+    sinks: bool = False  # one learned attention-sink logit per head (gpt-oss)
     # derived in __post_init__ (parameters per layer, matmul parameters per token):
     attn_params: int = field(init=False)
     attn_matmul_params: int = field(init=False)
     mlp_params: int = field(init=False)
     mlp_matmul_params: int = field(init=False)
     norm_params: int = field(init=False)
-    act_elems: int = field(init=False)
+    act_elems: float = field(init=False)  # per token per layer (the MoE layers' own averaged in)
+    expert_params: int = field(init=False)  # one routed expert, biases included
+    expert_matmul_params: int = field(init=False)
+    router_params: int = field(init=False)  # per MoE layer
+    shared_params: int = field(init=False)  # per MoE layer (shared experts and their gate)
+    shared_matmul_params: int = field(init=False)
 
     def __post_init__(self) -> None:
         q, kv, h, i = (
@@ -154,6 +202,7 @@ class Shape:
         )
         attn_mm = h * q + 2 * h * kv + q * h  # q, k, v, o matrices
         attn = attn_mm + (q + 2 * kv if self.qkv_bias else 0) + (h if self.out_bias else 0)
+        attn += self.heads if self.sinks else 0
         n_mats = 3 if self.mlp == "swiglu" else 2
         mlp_mm = n_mats * h * i
         mlp = mlp_mm + ((n_mats - 1) * i + h if self.mlp_bias else 0)
@@ -162,7 +211,14 @@ class Shape:
         # norm outs, o_proj out, residual adds (5 x hidden); q, k, v, rotated q/k, attention out;
         # MLP: gate, up, act, product (SwiGLU) or fc, act (GELU).
         acts = 5 * h + (2 * q + 3 * kv) + (4 * i if self.mlp == "swiglu" else 2 * i)
+        moe = _moe_params(self)
+        if self.moe_layers:  # routed layers: router logits, k experts' and the shared MLPs
+            moe_acts = acts - 4 * i + self.experts + 4 * (self.top_k * self.expert_inter)
+            moe_acts += 4 * self.shared_inter
+            dense = self.layers - self.moe_layers
+            acts = (dense * acts + self.moe_layers * moe_acts) / self.layers
         for name, value in [
+            *moe.items(),
             ("attn_params", attn),
             ("attn_matmul_params", attn_mm),
             ("mlp_params", mlp),
@@ -184,6 +240,53 @@ class Shape:
     def parameters(self) -> int:
         return sum(parameter_counts(self).values())
 
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_layers > 0
+
+    @property
+    def dense_mlp_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    def active_parameters(self) -> int:
+        """Parameters one token uses: all but the (E - k) experts it is not routed to, per layer."""
+        idle = self.moe_layers * (self.experts - self.top_k) * self.expert_params
+        return self.parameters() - idle
+
+    @property
+    def matmul_params_per_token(self) -> float:
+        """Matmul weights one token multiplies by (2 FLOPs each), all layers, LM head excluded:
+        attention, dense MLPs, and per MoE layer the router, its k experts and the shared ones."""
+        dense = (
+            self.layers * self.attn_matmul_params + self.dense_mlp_layers * self.mlp_matmul_params
+        )
+        routed = self.experts * self.hidden + self.top_k * self.expert_matmul_params
+        return float(dense + self.moe_layers * (routed + self.shared_matmul_params))
+
+    @property
+    def matmul_params(self) -> int:
+        """Matmul weights stored, all layers (every expert), LM head excluded."""
+        dense = (
+            self.layers * self.attn_matmul_params + self.dense_mlp_layers * self.mlp_matmul_params
+        )
+        routed = self.experts * (self.hidden + self.expert_matmul_params)
+        return dense + self.moe_layers * (routed + self.shared_matmul_params)
+
+    def weight_bytes_read(self, tokens: int) -> float:
+        """Weight bytes one pass over `tokens` tokens reads, input embedding rows aside: every
+        weight once, but of the routed experts only those the tokens touch (uniform routing)."""
+        parts = self.weight_bytes_by_part()
+        if self.is_moe:
+            touched = self.moe_layers * self.experts_touched(tokens)
+            parts["weights/experts"] = touched * self.expert_params * self.bytes_per_value
+        return float(sum(parts.values()))
+
+    def experts_touched(self, tokens: int) -> float:
+        """Expected experts one MoE layer reads for `tokens` tokens routed uniformly (0: dense)."""
+        if not self.is_moe:
+            return 0.0
+        return experts_touched_expected(self.experts, self.top_k, tokens)
+
     def matmul_bytes(self, part: str) -> float:
         """Bytes per matmul weight value of a part ("attention", "mlp", "lm_head")."""
         return dict(self.linear_bytes).get(part, float(self.bytes_per_value))
@@ -194,17 +297,46 @@ class Shape:
         b = self.bytes_per_value
         attn_bias = self.attn_params - self.attn_matmul_params
         mlp_bias = self.mlp_params - self.mlp_matmul_params
-        return {
+        out = {
             "weights/attention": self.layers
             * (self.attn_matmul_params * self.matmul_bytes("attention") + attn_bias * b),
-            "weights/mlp": self.layers
+            "weights/mlp": self.dense_mlp_layers
             * (self.mlp_matmul_params * self.matmul_bytes("mlp") + mlp_bias * b),
-            "weights/norms": float((self.layers * self.norm_params + self.final_norm_params) * b),
-            "weights/lm_head": self.vocab * self.hidden * self.matmul_bytes("lm_head"),
         }
+        if (
+            self.is_moe
+        ):  # expert tensors are not nn.Linear: a weight quantiser leaves them as they are
+            out["weights/router"] = float(self.moe_layers * self.router_params * b)
+            out["weights/experts"] = float(self.moe_layers * self.experts * self.expert_params * b)
+            if self.shared_params:
+                out["weights/shared_experts"] = float(self.moe_layers * self.shared_params * b)
+        out["weights/norms"] = float((self.layers * self.norm_params + self.final_norm_params) * b)
+        out["weights/lm_head"] = self.vocab * self.hidden * self.matmul_bytes("lm_head")
+        return out
+
+
+def _moe_params(shape: Shape) -> dict[str, int]:
+    """Per-layer parameter counts of a Shape's MoE parts (zeros for a dense model)."""
+    h, ie, si = shape.hidden, shape.expert_inter, shape.shared_inter
+    expert_mm = 3 * h * ie  # gate, up, down (SwiGLU)
+    shared_mm = 3 * h * si
+    return {
+        "expert_params": expert_mm + (2 * ie + h if shape.mlp_bias else 0),
+        "expert_matmul_params": expert_mm,
+        "router_params": shape.experts * h + (shape.experts if shape.router_bias else 0),
+        "shared_params": shared_mm + (h if si else 0),  # + the shared experts' gate [1, hidden]
+        "shared_matmul_params": shared_mm + (h if si else 0),
+    }
 
 
 def _info_key(info: ModelInfo) -> tuple:
+    moe = (
+        info.num_experts or 0,
+        info.experts_per_token or 0,
+        info.expert_intermediate_size or 0,
+        info.moe_layers,
+        info.shared_expert_intermediate_size or 0,
+    )
     return (
         info.family,
         info.layers,
@@ -219,6 +351,7 @@ def _info_key(info: ModelInfo) -> tuple:
         info.dtype,
         info.parameters,
         tuple(sorted((info.linear_bytes or {}).items())),
+        moe,
     )
 
 
@@ -229,7 +362,9 @@ def shape_of(info: ModelInfo) -> Shape:
 
 @lru_cache(maxsize=64)
 def _shape(key: tuple) -> Shape:
-    family, layers, hidden, heads, kv, hd, inter, vocab, max_pos, tied, dtype, params, lin = key
+    family, layers, hidden, heads, kv, hd, inter, vocab, max_pos, tied, dtype, params, lin, moe = (
+        key
+    )
     if family not in FAMILIES:
         raise ValueError(
             f"no cost model for model family {family!r}; known families: {sorted(FAMILIES)}"
@@ -248,6 +383,7 @@ def _shape(key: tuple) -> Shape:
         bytes_per_value=dtype_bytes(dtype),
         **FAMILIES[family],
         linear_bytes=lin,
+        **dict(zip(("experts", "top_k", "expert_inter", "moe_layers", "shared_inter"), moe)),
     )
     if shape.parameters() != params:
         warnings.warn(
@@ -267,7 +403,12 @@ def parameter_counts(shape: Shape) -> dict[str, int]:
     if shape.learned_positions:
         parts["weights/position_embedding"] = shape.max_positions * shape.hidden
     parts["weights/attention"] = shape.layers * shape.attn_params
-    parts["weights/mlp"] = shape.layers * shape.mlp_params
+    parts["weights/mlp"] = shape.dense_mlp_layers * shape.mlp_params
+    if shape.is_moe:
+        parts["weights/router"] = shape.moe_layers * shape.router_params
+        parts["weights/experts"] = shape.moe_layers * shape.experts * shape.expert_params
+        if shape.shared_params:
+            parts["weights/shared_experts"] = shape.moe_layers * shape.shared_params
     parts["weights/norms"] = shape.layers * shape.norm_params + shape.final_norm_params
     parts["weights/lm_head"] = 0 if shape.tied else shape.vocab * shape.hidden
     return parts
@@ -315,13 +456,18 @@ def forward_bytes(
     context_len: int,
     use_cache: bool,
     logits_positions: int,
+    experts_touched: list[float] | None = None,
 ) -> dict[str, float]:
-    """Bytes moved by one forward pass, by part (see the module docstring)."""
+    """Bytes moved by one forward pass, by part (see the module docstring). experts_touched: the
+    distinct experts each MoE layer read (measured); None: the uniform-routing expectation."""
     b, rows = shape.bytes_per_value, batch * tokens_fed
     parts = {"weights/embedding": float(rows * shape.hidden * b)}
     if shape.learned_positions:
         parts["weights/position_embedding"] = float(rows * shape.hidden * b)
     parts.update(shape.weight_bytes_by_part())  # matmul weights at their real bytes per value
+    if shape.is_moe:  # only the experts touched are read
+        touched = experts_touched_sum(shape, rows, experts_touched)
+        parts["weights/experts"] = float(touched * shape.expert_params * b)
     per_tok = shape.kv_bytes_per_token
     parts["kv_read"] = float(per_tok * batch * (context_len - tokens_fed)) if use_cache else 0.0
     parts["kv_write"] = float(per_tok * batch * tokens_fed) if use_cache else 0.0
@@ -336,12 +482,34 @@ def forward_flops(
     """FLOPs of one forward pass, by part (matmuls and attention scores; see the module docstring)."""
     rows = batch * tokens_fed
     scores = 2 * 2 * batch * shape.heads * shape.head_dim * tokens_fed * context_len  # QK^T + AV
-    return {
+    out = {
         "flops/attention_proj": 2.0 * rows * shape.layers * shape.attn_matmul_params,
         "flops/attention_scores": float(shape.layers * scores),
-        "flops/mlp": 2.0 * rows * shape.layers * shape.mlp_matmul_params,
-        "flops/lm_head": 2.0 * batch * logits_positions * shape.hidden * shape.vocab,
+        "flops/mlp": 2.0 * rows * shape.dense_mlp_layers * shape.mlp_matmul_params,
     }
+    if shape.is_moe:  # each token computes with its k experts only
+        m = shape.moe_layers
+        out["flops/router"] = 2.0 * rows * m * shape.hidden * shape.experts
+        out["flops/experts"] = 2.0 * rows * m * shape.top_k * shape.expert_matmul_params
+        if shape.shared_matmul_params:
+            out["flops/shared_experts"] = 2.0 * rows * m * shape.shared_matmul_params
+    out["flops/lm_head"] = 2.0 * batch * logits_positions * shape.hidden * shape.vocab
+    return out
+
+
+def experts_touched_sum(shape: Shape, tokens: int, measured: list[float] | None = None) -> float:
+    """Experts read in one pass over all MoE layers: the measured count per layer, else
+    moe_layers x E*(1 - (1 - k/E)^tokens)."""
+    if measured is None:
+        return shape.moe_layers * shape.experts_touched(tokens)
+    if len(measured) != shape.moe_layers or any(
+        not 0 <= t <= min(shape.experts, tokens * shape.top_k) for t in measured
+    ):
+        raise ValueError(
+            f"experts_touched must give one count per MoE layer ({shape.moe_layers}), each in "
+            f"0..min(E={shape.experts}, tokens x k={tokens * shape.top_k}); got {measured!r}"
+        )
+    return float(sum(measured))
 
 
 class _Totals:
@@ -403,9 +571,12 @@ def forward_cost(
     context_len: int,
     use_cache: bool = True,
     logits_positions: int | None = None,
+    experts_touched: list[float] | None = None,
 ) -> ForwardCost:
     """Modelled FLOPs and bytes of one forward pass by part. logits_positions: positions whose logits
-    are computed (default: all fed tokens, as a plain forward does; 1 with logits_to_keep=1)."""
+    are computed (default: all fed tokens, as a plain forward does; 1 with logits_to_keep=1).
+    experts_touched (MoE): distinct experts each MoE layer read in this pass, as the router chose
+    them (explorer.engine.routing); None: the uniform-routing expectation."""
     check_sizes(info, batch, tokens_fed, context_len, use_cache)
     n_logits = tokens_fed if logits_positions is None else logits_positions
     if not 1 <= n_logits <= tokens_fed:
@@ -415,7 +586,9 @@ def forward_cost(
     shape = shape_of(info)
     return ForwardCost(
         flops=forward_flops(shape, batch, tokens_fed, context_len, n_logits),
-        bytes=forward_bytes(shape, batch, tokens_fed, context_len, use_cache, n_logits),
+        bytes=forward_bytes(
+            shape, batch, tokens_fed, context_len, use_cache, n_logits, experts_touched
+        ),
         batch=batch,
         tokens_fed=tokens_fed,
         context_len=context_len,

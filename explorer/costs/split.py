@@ -125,12 +125,14 @@ def step_roofline(
     peaks=None,
     logits_positions: int | None = None,
     floor_s: float | None = None,
+    experts_touched: list[float] | None = None,
 ) -> dict[str, Any]:
     """The cost fields of one engine Step (STEP_COST_FIELDS): flops, bytes (by part), achieved_gbps,
     pct_of_peak_bw, bound_s, bound and the split (floors, overhead_s, mbu, mfu, regime).
     achieved_* are None without a latency; the bound and split are None without peaks.
     achieved_gbps = bound_bytes / latency (weights + KV, not the activations estimate).
-    logits_positions=1 when the forward computed the last position's logits only (last_only=True)."""
+    logits_positions=1 when the forward computed the last position's logits only (last_only=True).
+    experts_touched (MoE): distinct experts per MoE layer, as the router chose them in this pass."""
     cost = forward_cost(
         info,
         batch=batch,
@@ -138,6 +140,7 @@ def step_roofline(
         context_len=context_len,
         use_cache=use_cache,
         logits_positions=logits_positions,
+        experts_touched=experts_touched,
     )
     out: dict[str, Any] = dict.fromkeys(STEP_COST_FIELDS)
     out.update(flops=cost.total_flops, bytes=cost.bytes)

@@ -83,6 +83,7 @@ class StepRecorder:
             compiled=None if self._compiled is None else self._recompiles is not None,
             weights=self.lm.info.weights,
             recompiles=self._recompiles,
+            routing=getattr(self, "_routing_now", None),
         )
         self._fill_costs(step)
         return step
@@ -101,6 +102,7 @@ class StepRecorder:
             peaks=self._peaks(),
             logits_positions=1,
             floor_s=self._overhead_floor(),
+            experts_touched=None if step.routing is None else step.routing["experts_touched"],
         )
         for key, value in costs.items():
             setattr(step, key, value)

@@ -25,6 +25,7 @@ from explorer.engine.prompt import (  # noqa: F401  (prompt_input re-exported fo
     trace_prompt,
 )
 from explorer.engine.recording import StepRecorder
+from explorer.engine.routing import capture
 from explorer.engine.sampling import (
     Draw,
     Sampling,
@@ -436,6 +437,14 @@ class Session(StepRecorder):
         with self._exclusive("attention()"):
             return attention(self.lm.model, self._replay(step), text=self._text)
 
+    def routing(self, step: int | None = None) -> dict:
+        """Which experts each token was routed to, per step and MoE layer, the experts the batch
+        touched, and the load per expert over the trace (explorer.engine.routing); a dense model
+        says so ({"dense": True, "message": ...})."""
+        from explorer.engine.routing import routing_of
+
+        return routing_of(self.trace, step)
+
     def _replay(self, step: int | None):
         from explorer.engine.replay import replay_of
 
@@ -513,11 +522,12 @@ class Session(StepRecorder):
         if fn is not None:  # a fresh [B, 1] tensor: a slice of _ids changes stride each step
             feed = feed.clone(memory_format=torch.contiguous_format)  # a new stride: a recompile
         before = graphs_compiled() if fn is not None else None
-        with self._timer.region():
+        with capture(self.lm.model, enabled=fn is None) as routers, self._timer.region():
             logits, self._cache = forward(
                 self.lm.model, feed, self._cache, mask, last_only=True, fn=fn
             )
         self._recompiles = None if fn is None else graphs_compiled() - before
+        self._routing_now = None if routers is None else routers.record()  # MoE: Step.routing
         return logits[:, -1]  # [B, V]
 
     def _compiled_fn(self, feed: torch.Tensor, mask: torch.Tensor | None):

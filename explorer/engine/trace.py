@@ -78,6 +78,8 @@ class Step:
         None  # "memory" | "compute" | "overhead" (explorer.costs.split.REGIME_RULE)
     )
     overhead_floor_s: float | None = None  # measured near-empty forward (explorer.costs.overhead)
+    # Mixture of experts (explorer.engine.routing): the routers' choices in this pass, bounded
+    routing: dict | None = None  # {"tokens", "experts_touched" [per MoE layer], "layers": [...]}
     # Engine options (explorer.engine.options): how this pass ran
     cache_type: str | None = None  # "dynamic" | "static" (None: no cache)
     compiled: bool | None = None  # this pass ran the torch.compile'd forward (False: eager)

@@ -2,6 +2,7 @@
 
 load()                      -> the bundled target model
 load("bundled:draft")       -> the bundled draft model (for speculative decoding)
+load("bundled:moe")         -> the bundled mixture-of-experts model (Qwen3-MoE, 16 experts, top-2)
 load("arch:qwen2.5-0.5b")   -> the real Qwen2.5-0.5B shape with random weights (costs are real, text is not)
 load("Qwen/Qwen2.5-0.5B")   -> a hub id (needs the network or a local HF cache)
 load("/path/to/model")      -> a local folder saved with save_pretrained
@@ -20,6 +21,7 @@ import torch
 
 from explorer.model.device import DTYPES, dtype_bytes, dtype_name, resolve_device, resolve_dtype
 from explorer.model.memory import check_fits, fits, gib
+from explorer.model.moe import active_parameters, moe_facts
 from explorer.model.quant import (
     FLOAT_WEIGHTS,
     check_dtype_runs,
@@ -33,7 +35,7 @@ from explorer.model.quant import (
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODELS_DIR = ASSETS / "models"
 ARCH_DIR = ASSETS / "architectures"
-BUNDLED = ("target", "draft")
+BUNDLED = ("target", "draft", "moe")
 
 
 class ModelNotFoundError(ValueError):
@@ -70,6 +72,22 @@ class ModelInfo:
     # real bytes per matmul weight value by part ("attention", "mlp", "lm_head"), scales included;
     # None: the dtype's size (explorer.model.quant.weight_inventory)
     linear_bytes: dict[str, float] | None = None
+    # Mixture of experts (explorer.model.moe); a dense model: num_experts None, moe_layers 0
+    num_experts: int | None = None  # routed experts per MoE layer (E)
+    experts_per_token: int | None = None  # experts each token is routed to (top-k)
+    expert_intermediate_size: int | None = None  # the MLP width of one routed expert
+    moe_layers: int = 0  # decoder layers whose MLP is routed (the others are dense)
+    shared_experts: int = 0  # experts every token uses (Qwen2-MoE, DeepSeek), per MoE layer
+    shared_expert_intermediate_size: int | None = None  # their MLP width, all shared together
+    active_parameters: int | None = None  # used per token: all but the unrouted experts
+
+    def __post_init__(self) -> None:
+        if self.active_parameters is None:
+            self.active_parameters = self.parameters
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -332,6 +350,7 @@ def model_info(
     held = weight_inventory(model)  # counts quantized weights too (they are not nn.Parameters)
     n = held["parameters"]
     dtype = model.get_input_embeddings().weight.dtype  # the activations' dtype
+    moe = moe_facts(model)
     return ModelInfo(
         name=name,
         source=source,
@@ -348,6 +367,8 @@ def model_info(
         weights=weights or weights_of(dtype),
         weights_backend=weights_backend,
         linear_bytes=held["linear_bytes"] if weights_backend else None,
+        **moe,
+        active_parameters=active_parameters(model, n, moe),
     )
 
 

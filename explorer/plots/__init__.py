@@ -10,6 +10,7 @@
     scenarios     seeing it break: a failure scenario's broken run beside its fixed run
     why           one step's split (floors + overhead), the profiler breakdown, the trust table
     inside        logit lens and the newest token's attention
+    moe           mixture of experts: the moe sweep's chart, the router's choice, load per expert
 
 Every name is also reachable as `explorer.plots.<name>` (e.g. plots.strip_figure).
 """
@@ -19,6 +20,7 @@ from explorer.plots import (
     distribution,
     inside,
     latency,
+    moe,
     pays,
     roofline,
     scenarios,
@@ -32,7 +34,7 @@ from explorer.plots import (
 
 _MODULES = (
     common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, scenarios,
-    why, inside, pays,
+    why, inside, pays, moe,
 )  # fmt: skip
 __all__: list[str] = []
 for _m in _MODULES:

@@ -81,7 +81,7 @@ COLUMNS: dict[str, str] = {
     "tokens_per_s_total": "batch x 1000 / ms_per_token (measured)",
     "ttft_ms": "the prefill Step's latency (prefix cache: median first step with the cache), ms",
     "bytes_per_step": "modelled bytes of one decode step, all rows (weights at their real bytes "
-    "per weight + KV read/write; explorer.costs)",
+    "per weight + KV read/write; explorer.costs; a mixture of experts: the experts touched only)",
     "bytes_per_token": "bytes_per_step / batch (modelled)",
     "achieved_gbps": "bytes_per_token x tokens_per_s_total (modelled bytes / measured time, GB/s)",
     "pct_of_copy_bw": "achieved_gbps / the measured copy bandwidth (attrs['copy_gbps']) x 100",
@@ -99,6 +99,25 @@ COLUMNS: dict[str, str] = {
     "compile_s": "one-off torch.compile time (warm-up passes included), measured apart",
     "recompiles": "graphs dynamo compiled during the timed run (0: no recompilation)",
     "skipped": "null, or why this rung did not run here",
+    # mixture of experts (explorer.sweeps.moe)
+    "experts": "routed experts per MoE layer (E)",
+    "experts_per_token": "experts each token is routed to per layer (k)",
+    "experts_touched": "distinct experts the batch's tokens were routed to in one decode step, "
+    "mean over MoE layers (measured: read from the router during the pass)",
+    "experts_touched_per_layer": "experts_touched of every MoE layer, in layer order (measured)",
+    "experts_touched_formula": "E x (1 - (1 - k/E)^batch): the expectation if every token picked "
+    "its k experts uniformly at random (modelled)",
+    "flops_per_token_modelled": "FLOPs of the step / batch: the active experts' only (modelled)",
+    "ms_per_step": "decode step, device-synchronised, median of repeats (ms, measured)",
+    "bound_ms_modelled": "roofline lower bound of the step on the measured peaks (ms, modelled)",
+    "regime": "memory | compute | overhead of the measured step (explorer.costs.split)",
+    "bytes_per_step_dense_total_modelled": "a dense model of the same total size: every expert "
+    "read every step (modelled bytes)",
+    "bytes_per_step_dense_active_modelled": "a dense model of the same active size: k experts per "
+    "layer whatever the batch (modelled bytes)",
+    "ms_per_step_dense_total_modelled": "roofline time of the dense same-total model (ms, modelled)",
+    "ms_per_step_dense_active_modelled": "roofline time of the dense same-active model (ms, "
+    "modelled)",
 }
 
 

@@ -22,6 +22,9 @@ PUBLISHED = {
     "qwen3-8b": 8.2e9,  # model cards: 8.2B, 14.8B, 32.8B
     "qwen3-14b": 14.8e9,
     "qwen3-32b": 32.8e9,
+    "mixtral-8x7b": 46.7e9,  # mixtures of experts (tests/model/test_moe.py checks active counts)
+    "qwen3-30b-a3b": 30.5e9,
+    "gpt-oss-20b": 20.91e9,  # the gpt-oss model card (arXiv 2508.10925), table 1
 }
 
 

@@ -48,7 +48,8 @@ class CapacityTab(Tab):
     about = (
         "How many GPUs do I need? A serving simulator on paper: the chip table's bandwidth and "
         "FLOP/s x an efficiency, the KV memory limit, tensor parallelism with its all-reduces, "
-        "transformers' continuous-batching policy. Each point is one request rate: read across to "
+        "transformers' continuous-batching policy; a mixture of experts reads the experts each "
+        "iteration's tokens touch. Each point is one request rate: read across to "
         "its throughput, up to its p99 latency; filled points meet the SLOs. Everything here is "
         "<b>modelled</b>; <code>explorer simulate --validate</code> shows the simulator's error "
         "against measurement on this machine."
@@ -65,6 +66,7 @@ class CapacityTab(Tab):
         self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
         self.chip = box(W.Dropdown, "chip", "h100", "chip", options=_chips())
         self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
+        self.expert_parallel = box(W.Checkbox, "ep", False, "split experts (EP)", indent=False)
         self.dtype = box(
             W.Dropdown,
             "dtype",
@@ -123,7 +125,7 @@ class CapacityTab(Tab):
             [
                 W.HBox([self.model, self.chip, self.gpus, self.dtype]),
                 W.HBox([self.input_len, self.output_len, self.slos, self.price]),
-                W.HBox([self.bw_eff, self.flop_eff, self.run_button]),
+                W.HBox([self.bw_eff, self.flop_eff, self.expert_parallel, self.run_button]),
                 self.answer,
                 self.chart,
                 W.HBox([self.measured, self.compare_button]),
@@ -168,6 +170,7 @@ class CapacityTab(Tab):
             bw_efficiency=self.bw_eff.value,
             flop_efficiency=self.flop_eff.value,
             dtype=self.dtype.value,
+            expert_parallel=self.expert_parallel.value,
         )
         cells = "".join(
             f"<tr><td>{r['metric']}</td><td>{_f(r['measured'])}</td>"
@@ -210,6 +213,7 @@ class CapacityTab(Tab):
             bw_efficiency=self.bw_eff.value,
             flop_efficiency=self.flop_eff.value,
             dtype=self.dtype.value,
+            expert_parallel=self.expert_parallel.value,
         )
         rows = curve(info, self.chip.value, **setup)
         best = capacity(info, self.chip.value, **setup) if slos else None

@@ -6,6 +6,8 @@ exactly what explorer.serving.Iteration.passes records for the real engines. Its
 
     bytes = every weight once (at its real bytes per value) + K/V read for each pass's past
             + K/V written for each pass's query                                 (explorer.costs)
+            (a mixture of experts: only the experts the iteration's tokens touch, expected
+            E x (1 - (1 - k/E)^tokens) per MoE layer for uniform routing; Shape.weight_bytes_read)
     flops = the sum over passes of forward_flops(query, past + query, one logit row)
 
 and its time (STEP_RULE), with seven non-negative parameters fitted to measured iterations:
@@ -60,9 +62,9 @@ PARAMS = (
 
 def iteration_work(shape: Shape, passes: list[list[int]]) -> dict[str, float]:
     """Modelled bytes and FLOPs of one iteration (see the module docstring)."""
-    weights = float(sum(shape.weight_bytes_by_part().values()))
     past = sum(p for _, p in passes)
     query = sum(q for q, _ in passes)
+    weights = shape.weight_bytes_read(query)  # a mixture of experts: the experts touched
     kv = float(shape.kv_bytes_per_token * (past + query))  # read the past, write the query
     flops = 0.0
     for q, p in passes:

@@ -11,7 +11,10 @@ divide by N) and adds two all-reduces per layer (after attention and after the M
 2 (N - 1) / N x tokens x hidden x bytes over the interconnect (the chip table's per-direction
 figure) plus a fixed latency. The KV budget is what is left of gpu_memory_utilization x memory
 (a GPU's "80 GB" is GiB) after the weights and an activation reserve; it sets the paged cache's
-blocks, so it decides the largest batch. Weights and KV cache may be FP8 (--dtype fp8: the
+blocks, so it decides the largest batch. A mixture of experts reads, each iteration, only the
+experts its tokens touch (E x (1 - (1 - k/E)^tokens) per MoE layer, uniform routing) and computes
+k experts per token; with expert parallelism (expert_parallel=True) each of the N GPUs holds E/N
+whole experts instead of a 1/N slice of every one (E must divide by N; moe_assumptions). Weights and KV cache may be FP8 (--dtype fp8: the
 matmul weights at 1 byte and the chip's FP8 FLOP/s; --kv-dtype fp8: half the KV bytes). The
 default efficiencies and overheads were fitted to published GPU runs, and their error against
 those runs (fitted and held out) is shown beside every answer
@@ -117,14 +120,16 @@ class ChipStepModel(StepModel):
     bandwidth_gbps: float = 0.0
     tflops: float = 0.0
     interconnect_gbps: float | None = None
-    weight_bytes: float = 0.0  # weights one iteration reads (fp8 matmuls: 1 byte per value)
+    weight_bytes: float = 0.0  # every weight once (fp8 matmuls: 1 byte per value)
+    expert_bytes: float = 0.0  # one routed expert of one layer (MoE; 0: dense)
+    expert_parallel: bool = False  # MoE: experts split whole across the GPUs (bytes as TP's)
     kv_bytes_per_token: float = 0.0  # K and V of one token, all layers, at the KV dtype
     act_bytes: int = 2  # bytes per activation value moved by the all-reduces
     request_latency_s: float = 0.0  # added to each request's TTFT and E2E (see run.simulate)
     settings: dict = field(default_factory=dict)
 
     def seconds(self, shape: Shape, passes: list[list[int]]) -> float:
-        w = chip_work(shape, passes, self.weight_bytes, self.kv_bytes_per_token)
+        w = chip_work(shape, passes, self.weight_bytes, self.kv_bytes_per_token, self.expert_bytes)
         s = self.settings
         memory = w["bytes"] / self.tp / (self.bandwidth_gbps * 1e9 * s["bw_efficiency"])
         compute = w["flops"] / self.tp / (self.tflops * 1e12 * s["flop_efficiency"])
@@ -139,27 +144,43 @@ class ChipStepModel(StepModel):
         return 2 * shape.layers * one
 
 
-def chip_work(shape: Shape, passes, weight_bytes: float, kv_per_token: float) -> dict:
+def chip_work(
+    shape: Shape, passes, weight_bytes: float, kv_per_token: float, expert_bytes: float = 0.0
+) -> dict:
     """Bytes and FLOPs of one iteration, in closed form (the same sums as
-    steptime.iteration_work, at the what-if's weight and KV bytes): every weight once, K/V read
-    for each pass's past and written for its query; 2 FLOPs per matmul weight per query token,
-    4 x heads x head_dim per query x key pair per layer, one logit row per pass."""
+    steptime.iteration_work, at the what-if's weight and KV bytes): every weight once (a mixture
+    of experts: the experts its tokens touch, weights_read), K/V read for each pass's
+    past and written for its query; 2 FLOPs per matmul weight a token uses (k experts) per query
+    token, 4 x heads x head_dim per query x key pair per layer, one logit row per pass."""
     query = past = pairs = 0
     for q, p in passes:
         query += q
         past += p
         pairs += q * (p + q)
-    per_token = 2.0 * shape.layers * (shape.attn_matmul_params + shape.mlp_matmul_params)
+    per_token = 2.0 * shape.matmul_params_per_token
     flops = (
         per_token * query
         + 4.0 * shape.layers * shape.heads * shape.head_dim * pairs
         + 2.0 * len(passes) * shape.hidden * shape.vocab
     )
     return {
-        "bytes": weight_bytes + kv_per_token * (past + query),
+        "bytes": weights_read(shape, query, weight_bytes, expert_bytes)
+        + kv_per_token * (past + query),
         "flops": flops,
         "tokens": float(query),
     }
+
+
+def weights_read(shape: Shape, tokens: int, weights: float, one_expert: float) -> float:
+    """Weight bytes an iteration of `tokens` tokens reads, at the what-if's bytes per value:
+    `weights` (every weight once) for a
+    dense model; for a mixture of experts the routed experts it does not touch are taken out,
+    E x (1 - (1 - k/E)^tokens) touched per MoE layer for uniform routing (one_expert: the bytes
+    of one expert of one layer)."""
+    if not shape.is_moe:
+        return weights
+    idle = shape.experts - shape.experts_touched(tokens)
+    return weights - shape.moe_layers * idle * one_expert
 
 
 @dataclass(frozen=True)
@@ -183,7 +204,7 @@ def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
     embedding table, of which it gathers a few rows (explorer.costs.parts)."""
     shape = shape_of(info)
     dtype = chip_dtype(precision.dtype)
-    matmul = shape.layers * (shape.attn_matmul_params + shape.mlp_matmul_params)
+    matmul = shape.matmul_params
     parts = shape.weight_bytes_by_part()
     read = sum(parts.values()) * DTYPE_BYTES[dtype] / shape.bytes_per_value
     stored = info.parameters * DTYPE_BYTES[dtype]
@@ -192,6 +213,33 @@ def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
         stored = (info.parameters - matmul) * 2 + matmul
     kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES[precision.kv()]
     return float(stored), float(read), float(kv)
+
+
+def one_expert_bytes(shape: Shape, precision: Precision) -> float:
+    """Bytes of one routed expert of one layer at `precision` (FP8: its matrices at 1 byte, its
+    biases at 2); 0 for a dense model."""
+    if not shape.is_moe:
+        return 0.0
+    dtype = chip_dtype(precision.dtype)
+    if dtype == "fp8":
+        return float(
+            shape.expert_matmul_params + 2 * (shape.expert_params - shape.expert_matmul_params)
+        )
+    return float(shape.expert_params * DTYPE_BYTES[dtype])
+
+
+def check_expert_parallel(shape: Shape, tp: int, expert_parallel: bool) -> None:
+    """Expert parallelism needs a mixture of experts whose E experts divide by the GPUs."""
+    if not expert_parallel:
+        return
+    if not shape.is_moe:
+        raise ValueError("expert parallel: the model is dense (no experts to split across GPUs)")
+    if shape.experts % tp:
+        fit = [n for n in tp_sizes(shape) if shape.experts % n == 0]
+        raise ValueError(
+            f"expert parallel over {tp} GPUs does not divide the model's {shape.experts} experts "
+            f"per layer; GPU counts that divide them and the heads: {', '.join(map(str, fit))}"
+        )
 
 
 def reserved_per_gpu(weights: float, kv_token: float, tp: int, settings: dict) -> dict:
@@ -256,16 +304,19 @@ def chip_model(
     *,
     dtype: str | None = None,
     kv_dtype: str | None = None,
+    expert_parallel: bool = False,
     **overrides,
 ) -> tuple[ChipStepModel, dict]:
     """(the on-paper step model, the engine knobs it implies: the KV blocks from memory).
-    dtype: the weights' ("fp8" for FP8 weights; default the model's); kv_dtype: the KV cache's."""
+    dtype: the weights' ("fp8" for FP8 weights; default the model's); kv_dtype: the KV cache's;
+    expert_parallel: a mixture of experts' experts split whole across the `tp` GPUs."""
     check_settings(overrides)
     settings = {**DEFAULTS, **overrides}
     chip = chip_named(chip_name)
     precision = Precision(chip_dtype(dtype or info.dtype), kv_dtype)
     precision.kv()  # refuses an unknown KV dtype
     shape = shape_of(info)
+    check_expert_parallel(shape, tp, expert_parallel)
     check_tp(shape, chip, tp)
     tflops = chip.tflops(precision.dtype)
     plan = memory_plan(info, chip, tp, settings, precision)
@@ -290,11 +341,14 @@ def chip_model(
         tflops=tflops,
         interconnect_gbps=chip.interconnect_gbps,
         weight_bytes=read,
+        expert_bytes=one_expert_bytes(shape, precision),
+        expert_parallel=expert_parallel,
         kv_bytes_per_token=kv_token,
         request_latency_s=settings["request_latency_s"],
         settings=settings,
     )
     model.assumptions = assumptions(chip, tp, settings, plan, precision, tflops)
+    model.assumptions += moe_assumptions(info, shape, model)
     knobs = {
         "num_blocks": plan["num_blocks"],
         "page_size": settings["page_size"],
@@ -326,6 +380,30 @@ def assumptions(chip: Chip, tp: int, s: dict, plan: dict, p: Precision, tflops: 
             f"{s['allreduce_latency_s'] * 1e6:.0f} us each"
         )
     return out
+
+
+def moe_assumptions(info, shape: Shape, model: ChipStepModel) -> list[str]:
+    """What the what-if assumes about a mixture of experts ([] for a dense model)."""
+    if not shape.is_moe:
+        return []
+    e, k, n = shape.experts, shape.top_k, model.tp
+    one, many = (shape.experts_touched(t) for t in (1, 256))
+    split = (
+        f"expert parallel: each of {n} GPUs holds {e // n} whole experts per layer (all-to-all "
+        "modelled as the all-reduces above; the busiest GPU's extra experts are not modelled)"
+        if model.expert_parallel
+        else f"experts split {n} ways like every other matrix (tensor parallel)"
+        if n > 1
+        else "all experts on one GPU"
+    )
+    return [
+        f"mixture of experts: {e} experts per layer in {shape.moe_layers} layers, {k} per token; "
+        f"{info.active_parameters / 1e9:.1f}B of {info.parameters / 1e9:.1f}B parameters active "
+        "per token (FLOPs count those only)",
+        f"each iteration reads the experts its tokens touch, E x (1 - (1 - k/E)^tokens) per layer "
+        f"for uniform routing: {one:.0f} at 1 token, {many:.0f} at 256 (a skewed router touches "
+        "fewer at small batches, so bytes there are an upper estimate); " + split,
+    ]
 
 
 def simulate_measured(info, path, chip: str, tp: int = 1, **overrides) -> list[dict]:
