@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from explorer.costs.moe import experts_touched_sum, moe_params
 from explorer.model.loader import ModelInfo, dtype_bytes
 from explorer.model.moe import experts_touched_expected
 
@@ -211,7 +212,7 @@ class Shape:
         # norm outs, o_proj out, residual adds (5 x hidden); q, k, v, rotated q/k, attention out;
         # MLP: gate, up, act, product (SwiGLU) or fc, act (GELU).
         acts = 5 * h + (2 * q + 3 * kv) + (4 * i if self.mlp == "swiglu" else 2 * i)
-        moe = _moe_params(self)
+        moe = moe_params(self)
         if self.moe_layers:  # routed layers: router logits, k experts' and the shared MLPs
             moe_acts = acts - 4 * i + self.experts + 4 * (self.top_k * self.expert_inter)
             moe_acts += 4 * self.shared_inter
@@ -313,20 +314,6 @@ class Shape:
         out["weights/norms"] = float((self.layers * self.norm_params + self.final_norm_params) * b)
         out["weights/lm_head"] = self.vocab * self.hidden * self.matmul_bytes("lm_head")
         return out
-
-
-def _moe_params(shape: Shape) -> dict[str, int]:
-    """Per-layer parameter counts of a Shape's MoE parts (zeros for a dense model)."""
-    h, ie, si = shape.hidden, shape.expert_inter, shape.shared_inter
-    expert_mm = 3 * h * ie  # gate, up, down (SwiGLU)
-    shared_mm = 3 * h * si
-    return {
-        "expert_params": expert_mm + (2 * ie + h if shape.mlp_bias else 0),
-        "expert_matmul_params": expert_mm,
-        "router_params": shape.experts * h + (shape.experts if shape.router_bias else 0),
-        "shared_params": shared_mm + (h if si else 0),  # + the shared experts' gate [1, hidden]
-        "shared_matmul_params": shared_mm + (h if si else 0),
-    }
 
 
 def _info_key(info: ModelInfo) -> tuple:
@@ -495,21 +482,6 @@ def forward_flops(
             out["flops/shared_experts"] = 2.0 * rows * m * shape.shared_matmul_params
     out["flops/lm_head"] = 2.0 * batch * logits_positions * shape.hidden * shape.vocab
     return out
-
-
-def experts_touched_sum(shape: Shape, tokens: int, measured: list[float] | None = None) -> float:
-    """Experts read in one pass over all MoE layers: the measured count per layer, else
-    moe_layers x E*(1 - (1 - k/E)^tokens)."""
-    if measured is None:
-        return shape.moe_layers * shape.experts_touched(tokens)
-    if len(measured) != shape.moe_layers or any(
-        not 0 <= t <= min(shape.experts, tokens * shape.top_k) for t in measured
-    ):
-        raise ValueError(
-            f"experts_touched must give one count per MoE layer ({shape.moe_layers}), each in "
-            f"0..min(E={shape.experts}, tokens x k={tokens * shape.top_k}); got {measured!r}"
-        )
-    return float(sum(measured))
 
 
 class _Totals:
