@@ -17,6 +17,8 @@ quantised: an int8 weight is 1 byte plus its per-row scale and zero point, from 
                             computed for the n fed tokens are not counted as read again (an ideal
                             kernel uses them from registers/cache right after computing them).
     kv_write                the fed tokens' K/V: 2*layers*kv_heads*head_dim*b*B*n
+                            (b for kv_read / kv_write: the cache's dtype, kv_dtype= fp8, int8, int4
+                            with their scales, explorer.costs.kvdtype; default the weights')
     activations             an ESTIMATE: every intermediate tensor of a layer written once and read
                             once (see Shape.act_elems), plus the logits written and read back.
 
@@ -47,10 +49,11 @@ a lower bound must not count traffic that may not happen.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from explorer.costs.kvdtype import kv_value_bytes
 from explorer.model.loader import ModelInfo, dtype_bytes
 
 # Per-family structure the ModelInfo numbers do not say. Keys: MLP kind, norm kind, learned
@@ -137,6 +140,8 @@ class Shape:
     # bytes per matmul weight value by part (scales included): the dtype's size unless quantised
     linear_bytes: tuple[tuple[str, float], ...] = ()
     qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
+    # bytes per cached K/V value, scales included (explorer.costs.kvdtype); 0: bytes_per_value
+    kv_value_bytes: float = 0.0
     # derived in __post_init__ (parameters per layer, matmul parameters per token):
     attn_params: int = field(init=False)
     attn_matmul_params: int = field(init=False)
@@ -177,9 +182,22 @@ class Shape:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of one token of one sequence, all layers."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_value
+    def kv_bytes_per_token(self) -> float:
+        """K and V of one token of one sequence, all layers, at the cache's dtype."""
+        n = (
+            2
+            * self.layers
+            * self.kv_heads
+            * self.head_dim
+            * (self.kv_value_bytes or self.bytes_per_value)
+        )
+        return int(n) if n == int(n) else n
+
+    def with_kv_dtype(self, kv_dtype: str | None) -> Shape:
+        """This shape with its KV cache stored at `kv_dtype` (None: the weights' dtype)."""
+        if kv_dtype is None:
+            return self
+        return replace(self, kv_value_bytes=kv_value_bytes(kv_dtype, self.bytes_per_value))
 
     def parameters(self) -> int:
         return sum(parameter_counts(self).values())
@@ -403,16 +421,18 @@ def forward_cost(
     context_len: int,
     use_cache: bool = True,
     logits_positions: int | None = None,
+    kv_dtype: str | None = None,
 ) -> ForwardCost:
     """Modelled FLOPs and bytes of one forward pass by part. logits_positions: positions whose logits
-    are computed (default: all fed tokens, as a plain forward does; 1 with logits_to_keep=1)."""
+    are computed (default: all fed tokens, as a plain forward does; 1 with logits_to_keep=1).
+    kv_dtype: the KV cache's dtype (explorer.costs.kvdtype; default the weights')."""
     check_sizes(info, batch, tokens_fed, context_len, use_cache)
     n_logits = tokens_fed if logits_positions is None else logits_positions
     if not 1 <= n_logits <= tokens_fed:
         raise ValueError(
             f"logits_positions must be in 1..tokens_fed ({tokens_fed}), got {logits_positions!r}"
         )
-    shape = shape_of(info)
+    shape = shape_of(info).with_kv_dtype(kv_dtype)
     return ForwardCost(
         flops=forward_flops(shape, batch, tokens_fed, context_len, n_logits),
         bytes=forward_bytes(shape, batch, tokens_fed, context_len, use_cache, n_logits),
@@ -480,6 +500,7 @@ def generation_cost(
     batch: int = 1,
     use_cache: bool = True,
     last_logits_only: bool = True,
+    kv_dtype: str | None = None,
 ) -> GenerationCost:
     """Modelled FLOPs and bytes of generating `new_tokens` after a `prompt_len` prompt. Without the cache
     every pass recomputes the whole prefix, so the total grows quadratically in the length.
@@ -498,6 +519,7 @@ def generation_cost(
             context_len=context,
             use_cache=use_cache,
             logits_positions=1 if last_logits_only else None,
+            kv_dtype=kv_dtype,
         )
         for k, v in cost.flops.items():
             flops[k] = flops.get(k, 0.0) + v

@@ -90,6 +90,7 @@ class StepRecorder:
     def _fill_costs(self, step: Step) -> None:
         """Modelled FLOPs and bytes of this forward (explorer.costs), against measured peaks."""
         from explorer.costs import step_roofline
+        from explorer.engine.options import cache_kv_dtype
 
         costs = step_roofline(
             self.lm.info,
@@ -101,6 +102,7 @@ class StepRecorder:
             peaks=self._peaks(),
             logits_positions=1,
             floor_s=self._overhead_floor(),
+            kv_dtype=cache_kv_dtype(self.cache_type),
         )
         for key, value in costs.items():
             setattr(step, key, value)
