@@ -85,7 +85,7 @@ COLUMNS = [
 
 WARMUP_TOKENS = 4  # decode steps of the untimed warm-up Session of each rung
 PERPLEXITY_TOKENS = 2048  # held-out tokens scored per weights setting
-KV_PIECE = 32  # tokens per forward when a KV-cache rung's perplexity is scored through its cache
+KV_PIECE = 64  # tokens per forward when a KV-cache rung's perplexity is scored through its cache
 
 
 def run(
