@@ -21,16 +21,16 @@ from __future__ import annotations
 GROUP = 64  # values per scale and zero point of the group-wise integer caches
 GROUP_BYTES = 2 + 2  # a 16-bit scale and a 16-bit zero point per group
 
+# the float dtypes' bytes per value and their other names (the chip table reads these too)
+FLOAT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
 KV_DTYPES: dict[str, float] = {
-    "float32": 4.0,
-    "bfloat16": 2.0,
-    "float16": 2.0,
-    "fp8": 1.0,
+    **FLOAT_BYTES,
     "int8": 1.0 + GROUP_BYTES / GROUP,
     "int4": 0.5 + GROUP_BYTES / GROUP,
 }
 ALIASES = {
     "fp32": "float32",
+    "float": "float32",
     "bf16": "bfloat16",
     "fp16": "float16",
     "half": "float16",
