@@ -51,6 +51,55 @@ def tiny_arch():
     return load("arch:smollm2-135m")
 
 
+# --- spreading the suite over two workers (`make test`: -n 2 --dist loadfile) ------------------------
+# With --dist loadfile each test file is one unit of work (its module fixtures, a server or a page,
+# start once), except here: each notebook's run is a unit of its own. In one file the eleven runs
+# took ~320 s on one worker, longer than the whole rest of the suite's share. Units go out longest
+# first (the files in RUN_FIRST, then the notebooks from the last, heavier ones), so no long unit
+# starts last. (xdist's own --dist loadgroup cannot do this under pytest 9: its group suffix is lost.)
+RUN_FIRST = ("tests/test_browser.py", "tests/test_jupyterlab.py")
+NOTEBOOK_RUN = "tests/test_notebooks.py::test_notebook_runs_and_teaches["
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or its own for a notebook's run."""
+    return nodeid if nodeid.startswith(NOTEBOOK_RUN) else nodeid.split("::", 1)[0]
+
+
+def _rank(unit: str) -> float:
+    """Lower goes out first."""
+    if unit in RUN_FIRST:
+        return RUN_FIRST.index(unit)
+    if unit.startswith(NOTEBOOK_RUN):
+        number = unit[len(NOTEBOOK_RUN) :][:2]
+        return len(RUN_FIRST) + 100 - (int(number) if number.isdigit() else 0)
+    return 1000
+
+
+class _LongestFirst(dict):
+    """xdist's queue of units (it pops the first); here it pops the lowest rank, ties in order."""
+
+    def popitem(self, last: bool = True):
+        unit = min(self, key=_rank)
+        return unit, self.pop(unit)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndNotebooks(LoadFileScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = _LongestFirst()
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return FilesAndNotebooks(config, log)
+
+
 # --- notebook run times, always in the log ---------------------------------------------------------
 # tests/test_notebooks.py records each notebook's phases and slowest cells as the property "timing".
 # Printed after every run (not only with -s): an intermittent multi-minute wait in one notebook has

@@ -588,77 +588,96 @@ def test_closed_tab_kernel_is_reclaimed_and_open_tab_kept(page, context, app):
     assert _step(page).startswith(strip)
 
 
+class LatePage:
+    """A second dashboard page whose plotly bundle is held back until release(); two tests share it
+    (plotly arriving late, then its kernel killed), so one page load and kernel start serve both."""
+
+    def __init__(self, browser, app):
+        self.ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.held: list = []
+        bs.answer_offline(self.ctx, app.url)
+        # the handler added last is asked first
+        self.ctx.route("**/widgetbundle.js*", lambda route: self.held.append(route))
+        self.page, _ = bs.open_dashboard(self.ctx, app.url, timeout_s=120)
+        self.opened_s = time.perf_counter()
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.ctx.unroute("**/widgetbundle.js*")
+            for route in self.held:
+                route.continue_()
+
+
+@pytest.fixture(scope="module")
+def late(browser, app):
+    late = LatePage(browser, app)
+    try:
+        yield late
+    finally:
+        late.ctx.close()
+
+
 @pytest.mark.browser
-def test_charts_work_when_plotly_arrives_late(browser, app):
+def test_charts_work_when_plotly_arrives_late(late):
     """anywidget gives a widget 2 s to start, then drops its messages for good: plotly's 5 MB bundle may
     take longer (a busy server, a slow network). Hold the bundle back 4 s after the page is interactive,
     Step meanwhile, then let it through: the charts must show that step and follow the next one."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    held = []
-    bs.answer_offline(ctx, app.url)
-    ctx.route(
-        "**/widgetbundle.js*", lambda route: held.append(route)
-    )  # the handler added last is asked first
+    page, held = late.page, late.held
+    assert not late.released, "the page's plotly bundle was let through before this test"
+    page.check(".ie-greedy input")
+    n_before = bs.token_count(page)
+    page.click(bs.STEP_READY)
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('.ie-strip-text .ie-tok').length > n",
+        arg=n_before,
+        timeout=30000,
+    )
+    page.wait_for_timeout(4000)
+    assert held, "the page never asked for plotly's bundle"
+    assert page.locator(".ie-dist .bars path").count() == 0  # no chart can be drawn yet
+    late.release()
     try:
-        page, _ = bs.open_dashboard(ctx, app.url, timeout_s=120)
-        page.check(".ie-greedy input")
-        n_before = bs.token_count(page)
-        page.click(bs.STEP_READY)
         page.wait_for_function(
-            "(n) => document.querySelectorAll('.ie-strip-text .ie-tok').length > n",
-            arg=n_before,
-            timeout=30000,
+            "() => document.querySelectorAll('.ie-dist .bars path').length > 0", timeout=60000
         )
-        page.wait_for_timeout(4000)
-        assert held, "the page never asked for plotly's bundle"
-        assert page.locator(".ie-dist .bars path").count() == 0  # no chart can be drawn yet
-        for route in held:
-            route.continue_()
-        try:
-            page.wait_for_function(
-                "() => document.querySelectorAll('.ie-dist .bars path').length > 0", timeout=60000
-            )
-        except PlaywrightTimeout:
-            raise AssertionError(
-                "no bars in the distribution chart 60 s after plotly arrived"
-            ) from None
-        bars = bs.bar_boxes(page)
-        assert bars, "the step taken before plotly arrived is not in the distribution chart"
-        assert n_before + 1 == bs.token_count(page)
-        before = bs.dist_signature(page)
-        timed = bs.click_and_time(page, "step", timeout_ms=30000)
-        assert timed["dist_ms"] is not None, (
-            f"the distribution chart did not follow the next step: {timed}"
-        )
-        assert bs.dist_signature(page) != before
-        page.close(run_before_unload=True)
-    finally:
-        ctx.close()
+    except PlaywrightTimeout:
+        raise AssertionError(
+            "no bars in the distribution chart 60 s after plotly arrived"
+        ) from None
+    bars = bs.bar_boxes(page)
+    assert bars, "the step taken before plotly arrived is not in the distribution chart"
+    assert n_before + 1 == bs.token_count(page)
+    before = bs.dist_signature(page)
+    timed = bs.click_and_time(page, "step", timeout_ms=30000)
+    assert timed["dist_ms"] is not None, (
+        f"the distribution chart did not follow the next step: {timed}"
+    )
+    assert bs.dist_signature(page) != before
 
 
 @pytest.mark.browser
-def test_a_page_whose_kernel_died_says_so(browser, app, page):
-    """A kernel killed under a page (the OOM killer, a crash) must not leave a page that looks alive."""
+def test_a_page_whose_kernel_died_says_so(app, page, late):
+    """A kernel killed under a page (the OOM killer, a crash) must not leave a page that looks alive.
+    The doomed page is the late-plotly test's second page (its own kernel), done with by then."""
     lost = ".ie-lost"
     assert not page.locator(
         lost
     ).is_visible()  # the long-lived page: beats heard all along, no banner
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    bs.answer_offline(ctx, app.url)
-    try:
-        doomed, _ = bs.open_dashboard(ctx, app.url, timeout_s=120)
-        kernel = _kernel_process(app, _kernel_id(doomed))
-        doomed.wait_for_timeout(7000)  # a beat (every 5 s) reaches the page
-        assert not doomed.locator(lost).is_visible()
-        kernel.kill()  # SIGKILL, as the OOM killer does
-        doomed.wait_for_selector(lost, state="visible", timeout=60000)
-        text = doomed.inner_text(lost)
-        assert "lost its session" in text and "reload the page" in text, text
-        doomed.close(run_before_unload=True)
-    finally:
-        ctx.close()
+    late.release()
+    doomed = late.page
+    kernel = _kernel_process(app, _kernel_id(doomed))
+    # a beat (every 5 s) reaches the page: 7 s after it opened
+    doomed.wait_for_timeout(max(0.0, 7 - (time.perf_counter() - late.opened_s)) * 1000)
+    assert not doomed.locator(lost).is_visible()
+    kernel.kill()  # SIGKILL, as the OOM killer does
+    doomed.wait_for_selector(lost, state="visible", timeout=60000)
+    text = doomed.inner_text(lost)
+    assert "lost its session" in text and "reload the page" in text, text
+    doomed.close(run_before_unload=True)
 
 
 # A page is waiting for a kernel (our message, cells not yet rendered) for 2 s running: 'waiting';

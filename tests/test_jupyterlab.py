@@ -24,11 +24,14 @@ from explorer.app.voila import browser as bs  # noqa: E402
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
+# Started, not awaited: the command's promise settles when the last cell has run, and never if the
+# kernel's websocket drops meanwhile (seen under heavy load: "WebSocket ping timeout", then the
+# suite hung in page.evaluate, which has no timeout). The waits after it have their own deadlines.
 RUN_ALL_JS = """async () => {
   const w = window.jupyterapp.shell.currentWidget;
   await w.context.ready;
   await w.sessionContext.ready;
-  await window.jupyterapp.commands.execute('notebook:run-all-cells');
+  window.jupyterapp.commands.execute('notebook:run-all-cells');
   return true;
 }"""
 NOTEBOOK_OPEN_JS = """(name) => {

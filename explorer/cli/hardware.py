@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from explorer.cli.common import print_json
+from explorer.costs.kvdtype import KV_DTYPE_HELP, KV_DTYPES
 
 ORDER = 50
 
@@ -107,6 +108,7 @@ def _add_cost(sub) -> None:
     )
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--kv-dtype", default=None, choices=KV_DTYPES, help=KV_DTYPE_HELP)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_cost)
 
@@ -124,6 +126,7 @@ def _cmd_cost(args) -> int:
         context_len=args.context,
         use_cache=not args.no_cache,
         logits_positions=1,
+        kv_dtype=args.kv_dtype,
     )
     peaks = (
         hardware.chip_peaks(args.chip, info.dtype)

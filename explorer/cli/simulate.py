@@ -15,6 +15,7 @@ on paper. Every output says modelled and lists its assumptions.
 from __future__ import annotations
 
 from explorer.cli.common import print_json
+from explorer.costs.kvdtype import KV_DTYPE_HELP, KV_DTYPES
 
 ORDER = 45
 VALIDATE_MODELS = "bundled:target,arch:smollm2-135m"
@@ -40,7 +41,7 @@ def add_simulate(sub, name: str) -> None:
         "else the model's",
     )
     p.add_argument(
-        "--kv-dtype", default=None, help="--hardware: the KV cache's dtype (fp8; default: 16-bit)"
+        "--kv-dtype", default=None, choices=KV_DTYPES, help="--hardware: " + KV_DTYPE_HELP
     )
     p.add_argument(
         "--expert-parallel",

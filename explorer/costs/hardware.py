@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from explorer.costs.kvdtype import ALIASES, FLOAT_BYTES
 from explorer.costs.timing import Measurement, time_call
 from explorer.costs.timing import measure as time_repeats
 from explorer.model.device import dtype_name, resolve_device
@@ -93,17 +94,8 @@ DTYPE_FIELDS = {
     "float16": "fp16_tflops",
     "fp8": "fp8_tflops",
 }
-DTYPE_SYNONYMS = {
-    "fp32": "float32",
-    "float": "float32",
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "half": "float16",
-    "float8": "fp8",
-    "float8_e4m3fn": "fp8",
-    "e4m3": "fp8",
-}
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+DTYPE_SYNONYMS = ALIASES  # one spelling of the dtypes' names and bytes (explorer.costs.kvdtype)
+DTYPE_BYTES = FLOAT_BYTES
 
 
 def chip_dtype(dtype) -> str:

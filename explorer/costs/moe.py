@@ -1,5 +1,24 @@
 """The mixture-of-experts pieces of the cost model (explorer.costs.parts): the parameters of one
-expert, the router and the shared experts, and the experts a pass reads (measured or expected)."""
+expert, the router and the shared experts, and the experts a pass reads (measured or expected).
+
+Mixture of experts (ModelInfo.num_experts set; E experts per MoE layer, k per token, T = B*n tokens):
+
+    weights/mlp             the dense MLPs of the layers that have no experts (0 when all are routed)
+    weights/router          every router matrix [E, hidden] (and bias), read once per pass
+    weights/experts         the experts the pass touches, per MoE layer: measured from the router
+                            when the model ran (experts_touched, one count per MoE layer), else the
+                            expectation for uniform routing E*(1 - (1 - k/E)^T) per layer; times the
+                            bytes of one expert. At T = 1 that is k experts; as T grows, all E.
+    weights/shared_experts  the experts every token uses (Qwen2-MoE, DeepSeek), read once per pass
+    flops/router            2*T*hidden*E per MoE layer
+    flops/experts           2*T*k*(one expert's matrix parameters) per MoE layer: only the active
+                            experts compute, however many the batch touches
+    flops/shared_experts    2*T*(shared expert matrix parameters) per MoE layer
+
+Not modelled for MoE: sliding-window layers (gpt-oss's alternate layers keep only the last 128
+positions, so its kv_read is overstated beyond 128 tokens) and any padding or capacity factor of an
+expert kernel (grouped GEMM): each touched expert's weights are read once per pass.
+"""
 
 from __future__ import annotations
 

@@ -17,26 +17,13 @@ quantised: an int8 weight is 1 byte plus its per-row scale and zero point, from 
                             computed for the n fed tokens are not counted as read again (an ideal
                             kernel uses them from registers/cache right after computing them).
     kv_write                the fed tokens' K/V: 2*layers*kv_heads*head_dim*b*B*n
+                            (b for kv_read / kv_write: the cache's dtype, kv_dtype= fp8, int8, int4
+                            with their scales, explorer.costs.kvdtype; default the weights')
     activations             an ESTIMATE: every intermediate tensor of a layer written once and read
                             once (see Shape.act_elems), plus the logits written and read back.
 
-Mixture of experts (ModelInfo.num_experts set; E experts per MoE layer, k per token, T = B*n tokens):
-
-    weights/mlp             the dense MLPs of the layers that have no experts (0 when all are routed)
-    weights/router          every router matrix [E, hidden] (and bias), read once per pass
-    weights/experts         the experts the pass touches, per MoE layer: measured from the router
-                            when the model ran (experts_touched, one count per MoE layer), else the
-                            expectation for uniform routing E*(1 - (1 - k/E)^T) per layer; times the
-                            bytes of one expert. At T = 1 that is k experts; as T grows, all E.
-    weights/shared_experts  the experts every token uses (Qwen2-MoE, DeepSeek), read once per pass
-    flops/router            2*T*hidden*E per MoE layer
-    flops/experts           2*T*k*(one expert's matrix parameters) per MoE layer: only the active
-                            experts compute, however many the batch touches
-    flops/shared_experts    2*T*(shared expert matrix parameters) per MoE layer
-
-Not modelled for MoE: sliding-window layers (gpt-oss's alternate layers keep only the last 128
-positions, so its kv_read is overstated beyond 128 tokens) and any padding or capacity factor of an
-expert kernel (grouped GEMM): each touched expert's weights are read once per pass.
+Mixture of experts (ModelInfo.num_experts set): weights/router, weights/experts (only the experts
+the pass touches), weights/shared_experts and their flops/ parts, as explorer.costs.moe says.
 
 Without a cache there is no KV read/write to memory: K and V of the whole sequence are
 recomputed inside the pass (n == L), so the work moves to FLOPs, which grow with n*L.
@@ -65,10 +52,11 @@ a lower bound must not count traffic that may not happen.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from explorer.costs.kvdtype import kv_value_bytes
 from explorer.costs.moe import experts_touched_sum, moe_params
 from explorer.model.loader import ModelInfo, dtype_bytes
 from explorer.model.moe import experts_touched_expected
@@ -181,6 +169,8 @@ class Shape:
     shared_inter: int = 0  # all shared experts' MLP width together (0: none)
     router_bias: bool = False
     sinks: bool = False  # one learned attention-sink logit per head (gpt-oss)
+    # bytes per cached K/V value, scales included (explorer.costs.kvdtype); 0: bytes_per_value
+    kv_value_bytes: float = 0.0
     # derived in __post_init__ (parameters per layer, matmul parameters per token):
     attn_params: int = field(init=False)
     attn_matmul_params: int = field(init=False)
@@ -234,9 +224,22 @@ class Shape:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of one token of one sequence, all layers."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_value
+    def kv_bytes_per_token(self) -> float:
+        """K and V of one token of one sequence, all layers, at the cache's dtype."""
+        n = (
+            2
+            * self.layers
+            * self.kv_heads
+            * self.head_dim
+            * (self.kv_value_bytes or self.bytes_per_value)
+        )
+        return int(n) if n == int(n) else n
+
+    def with_kv_dtype(self, kv_dtype: str | None) -> Shape:
+        """This shape with its KV cache stored at `kv_dtype` (None: the weights' dtype)."""
+        if kv_dtype is None:
+            return self
+        return replace(self, kv_value_bytes=kv_value_bytes(kv_dtype, self.bytes_per_value))
 
     def parameters(self) -> int:
         return sum(parameter_counts(self).values())
@@ -544,18 +547,20 @@ def forward_cost(
     use_cache: bool = True,
     logits_positions: int | None = None,
     experts_touched: list[float] | None = None,
+    kv_dtype: str | None = None,
 ) -> ForwardCost:
     """Modelled FLOPs and bytes of one forward pass by part. logits_positions: positions whose logits
     are computed (default: all fed tokens, as a plain forward does; 1 with logits_to_keep=1).
     experts_touched (MoE): distinct experts each MoE layer read in this pass, as the router chose
-    them (explorer.engine.routing); None: the uniform-routing expectation."""
+    them (explorer.engine.routing); None: the uniform-routing expectation. kv_dtype: the KV
+    cache's dtype (explorer.costs.kvdtype; default the weights')."""
     check_sizes(info, batch, tokens_fed, context_len, use_cache)
     n_logits = tokens_fed if logits_positions is None else logits_positions
     if not 1 <= n_logits <= tokens_fed:
         raise ValueError(
             f"logits_positions must be in 1..tokens_fed ({tokens_fed}), got {logits_positions!r}"
         )
-    shape = shape_of(info)
+    shape = shape_of(info).with_kv_dtype(kv_dtype)
     return ForwardCost(
         flops=forward_flops(shape, batch, tokens_fed, context_len, n_logits),
         bytes=forward_bytes(
@@ -625,6 +630,7 @@ def generation_cost(
     batch: int = 1,
     use_cache: bool = True,
     last_logits_only: bool = True,
+    kv_dtype: str | None = None,
 ) -> GenerationCost:
     """Modelled FLOPs and bytes of generating `new_tokens` after a `prompt_len` prompt. Without the cache
     every pass recomputes the whole prefix, so the total grows quadratically in the length.
@@ -643,6 +649,7 @@ def generation_cost(
             context_len=context,
             use_cache=use_cache,
             logits_positions=1 if last_logits_only else None,
+            kv_dtype=kv_dtype,
         )
         for k, v in cost.flops.items():
             flops[k] = flops.get(k, 0.0) + v

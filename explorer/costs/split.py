@@ -126,6 +126,7 @@ def step_roofline(
     logits_positions: int | None = None,
     floor_s: float | None = None,
     experts_touched: list[float] | None = None,
+    kv_dtype: str | None = None,
 ) -> dict[str, Any]:
     """The cost fields of one engine Step (STEP_COST_FIELDS): flops, bytes (by part), achieved_gbps,
     pct_of_peak_bw, bound_s, bound and the split (floors, overhead_s, mbu, mfu, regime).
@@ -141,6 +142,7 @@ def step_roofline(
         use_cache=use_cache,
         logits_positions=logits_positions,
         experts_touched=experts_touched,
+        kv_dtype=kv_dtype,
     )
     out: dict[str, Any] = dict.fromkeys(STEP_COST_FIELDS)
     out.update(flops=cost.total_flops, bytes=cost.bytes)

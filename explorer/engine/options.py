@@ -5,6 +5,10 @@ compiled, and (through explorer.model.quant) which weights.
     cache="static"    transformers' StaticCache: preallocated to `cache_len` positions and written in
                       place, so every decode pass has the same shapes (what torch.compile and CUDA
                       graphs need). kv_cache_bytes then reports the whole preallocated buffer.
+    cache="fp8"       transformers' QuantizedCache (QUANTIZED_CACHES): K/V stored in float8 with one
+                      scale per tensor; "int4:quanto" / "int4:hqq" group-wise int4 (their packages
+                      must be installed, else CacheNotSupportedError says so). The cost model
+                      counts their KV bytes at that dtype (explorer.costs.kvdtype).
     compile=True      torch.compile of the decode forward (one token per row): default Inductor on
                       CPU, mode "reduce-overhead" (CUDA graphs) on CUDA; a string names the mode.
                       The prefill runs eager (its shape differs each prompt).
@@ -31,7 +35,15 @@ import warnings
 
 import torch
 
-CACHE_TYPES = ("dynamic", "static")
+# transformers' QuantizedCache: cache name -> (its backend, bits, the KV dtype the cost model counts,
+# explorer.costs.kvdtype, and the package the backend needs). fp8 runs on torch alone (per-tensor
+# scale); the group-wise integer backends need optimum-quanto or hqq.
+QUANTIZED_CACHES = {
+    "fp8": ("fp8", None, "fp8", None),
+    "int4:quanto": ("quanto", 4, "int4", "optimum-quanto"),
+    "int4:hqq": ("hqq", 4, "int4", "hqq"),
+}
+CACHE_TYPES = ("dynamic", "static", *QUANTIZED_CACHES)
 WARMUP_PASSES = 3  # scratch decode passes before the first timed one (see the module docstring)
 DEFAULT_STATIC_HEADROOM = (
     256  # positions a static cache leaves for new tokens without max_new_tokens
@@ -68,9 +80,35 @@ def static_cache_len(
     return cache_len
 
 
+class CacheNotSupportedError(ValueError):
+    """A cache type this machine cannot run (its backend package is missing)."""
+
+
+def cache_kv_dtype(kind: str | None) -> str | None:
+    """The KV dtype the cost model counts for a cache type (None: the weights')."""
+    return QUANTIZED_CACHES[kind][2] if kind in QUANTIZED_CACHES else None
+
+
+def quantized_cache(kind: str, model):
+    """transformers' QuantizedCache for `kind`; CacheNotSupportedError when its backend is missing."""
+    from transformers import QuantizedCache
+    from transformers.utils import is_hqq_available, is_optimum_quanto_available
+
+    backend, nbits, _, package = QUANTIZED_CACHES[kind]
+    present = {"quanto": is_optimum_quanto_available, "hqq": is_hqq_available}
+    if backend in present and not present[backend]():
+        raise CacheNotSupportedError(
+            f"the {kind} KV cache needs the {package} package, not installed here "
+            f"(pip install {package})"
+        )
+    return QuantizedCache(backend, model.config, nbits=nbits)
+
+
 def new_cache(kind: str, model, cache_len: int | None):
     from transformers import DynamicCache, StaticCache
 
+    if kind in QUANTIZED_CACHES:
+        return quantized_cache(kind, model)
     if kind == "static":
         return StaticCache(config=model.config, max_cache_len=cache_len)
     return DynamicCache()

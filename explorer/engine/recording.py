@@ -91,6 +91,7 @@ class StepRecorder:
     def _fill_costs(self, step: Step) -> None:
         """Modelled FLOPs and bytes of this forward (explorer.costs), against measured peaks."""
         from explorer.costs import step_roofline
+        from explorer.engine.options import cache_kv_dtype
 
         costs = step_roofline(
             self.lm.info,
@@ -103,6 +104,7 @@ class StepRecorder:
             logits_positions=1,
             floor_s=self._overhead_floor(),
             experts_touched=None if step.routing is None else step.routing["experts_touched"],
+            kv_dtype=cache_kv_dtype(self.cache_type),
         )
         for key, value in costs.items():
             setattr(step, key, value)

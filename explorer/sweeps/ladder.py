@@ -4,8 +4,9 @@
 
 Rungs (RUNGS): the eager baseline (the loaded model, DynamicCache), a static cache, static +
 torch.compile, bf16 and fp16 casts, int8 weights through torch's fbgemm kernels and through
-torchao, int4 (torchao, CUDA), int8 + static + compile together, prompt-lookup decoding, and
-prefix caching (a time-to-first-token rung). Every rung is a real Session (or SpeculativeSession)
+torchao, int4 (torchao, CUDA), int8 + static + compile together, a quantized KV cache (transformers'
+QuantizedCache: fp8 on torch alone, int4 through optimum-quanto or HQQ), prompt-lookup decoding,
+and prefix caching (a time-to-first-token rung). Every rung is a real Session (or SpeculativeSession)
 with the engine options of explorer.engine.options, so what the table says is what a student can
 step through in the dashboard.
 
@@ -16,7 +17,9 @@ warm-up Session of the same shape and, for compiled rungs, after the compile, wh
 bandwidth. Quality: greedy tokens against the baseline's (the first divergence), the largest
 logit difference teacher-forced over the baseline's tokens, and perplexity on the bundled models'
 held-out text (explorer.model.corpus); a random-weight shape (arch:) has no meaningful perplexity
-and says so. A rung this machine cannot run is a row with `skipped` = the reason.
+and says so. A KV-cache rung's perplexity is scored through its cache (the text fed in pieces of
+KV_PIECE tokens, each attending to the cached, quantized K/V of the ones before), since a forward
+without a cache never reads one. A rung this machine cannot run is a row with `skipped` = the reason.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import pandas as pd
 import torch
 
 from explorer.costs import hardware
+from explorer.engine.options import CacheNotSupportedError, cache_kv_dtype
 from explorer.model.loader import LoadedModel, with_weights
 from explorer.model.quant import WeightsNotSupportedError
 from explorer.sweeps import Param, Sweep, register
@@ -49,6 +53,9 @@ RUNGS: dict[str, dict] = {
     "int8:torchao": {"weights": "int8:torchao"},
     "int4": {"weights": "int4"},
     "int8+static+compile": {"weights": "int8", "cache": "static", "compile": True},
+    "kv fp8": {"cache": "fp8"},
+    "kv int4:quanto": {"cache": "int4:quanto"},
+    "kv int4:hqq": {"cache": "int4:hqq"},
     "prompt lookup": {"lookup": True},
     "prefix cache": {"prefix": True},
 }
@@ -78,6 +85,7 @@ COLUMNS = [
 
 WARMUP_TOKENS = 4  # decode steps of the untimed warm-up Session of each rung
 PERPLEXITY_TOKENS = 2048  # held-out tokens scored per weights setting
+KV_PIECE = 64  # tokens per forward when a KV-cache rung's perplexity is scored through its cache
 
 
 def run(
@@ -154,7 +162,7 @@ class _Ladder:
         self.lm, self.ids, self.new_tokens, self.repeats = lm, ids, new_tokens, repeats
         self.copy_gbps, self.notes = copy_gbps, notes
         self.base: dict[int, dict] = {}  # batch -> the eager row (with _tokens and _logits)
-        self.ppl: dict[str, float | None] = {}
+        self.ppl: dict[tuple, float | None] = {}
 
     def row(self, batch: int, rung: str) -> dict:
         options = RUNGS[rung]
@@ -166,7 +174,7 @@ class _Ladder:
                 got = self._prefix(batch)
             else:
                 got = self._session_rung(batch, options)
-        except (WeightsNotSupportedError, _Skip) as why:
+        except (WeightsNotSupportedError, CacheNotSupportedError, _Skip) as why:
             return {**row, "skipped": str(why)}
         row.update(got)
         if rung == "eager":
@@ -244,7 +252,7 @@ class _Ladder:
             ),
             "compile_s": compiled.get("compile_s") if compiled.get("active") else None,
             "recompiles": (sum(st.recompiles or 0 for st in first.steps[1:]) if compiled else None),
-            "perplexity": self._perplexity(lm),
+            "perplexity": self._perplexity(lm, _quantized(options.get("cache"))),
             "_tokens": tokens,  # for the rungs after the baseline (not a column)
             "_logits": logits,
         }
@@ -360,12 +368,19 @@ class _Ladder:
             "perplexity": self._perplexity(self.lm),
         }
 
-    def _perplexity(self, lm) -> float | None:
+    def _perplexity(self, lm, kv_cache: str | None = None) -> float | None:
+        """Held-out perplexity of these weights (through `kv_cache`, a quantized cache type)."""
         if not _meaningful_perplexity(self.lm):
             return None
-        if lm.info.weights not in self.ppl:
-            self.ppl[lm.info.weights] = perplexity(lm, heldout_ids(self.lm))
-        return self.ppl[lm.info.weights]
+        key = (lm.info.weights, kv_cache)
+        if key not in self.ppl:
+            self.ppl[key] = perplexity(lm, heldout_ids(self.lm), kv_cache=kv_cache)
+        return self.ppl[key]
+
+
+def _quantized(cache: str | None) -> str | None:
+    """The cache type when it stores K/V quantized (its perplexity is scored through it)."""
+    return cache if cache_kv_dtype(cache) is not None else None
 
 
 class _Skip(Exception):
@@ -418,18 +433,33 @@ def heldout_ids(lm, n_tokens: int = PERPLEXITY_TOKENS) -> list[int]:
 
 
 @torch.inference_mode()
-def perplexity(lm, ids: list[int], chunk: int | None = None) -> float:
-    """exp(mean next-token cross-entropy) of ids, scored in chunks of the model's positions (<= 256)."""
+def perplexity(lm, ids: list[int], chunk: int | None = None, kv_cache: str | None = None) -> float:
+    """exp(mean next-token cross-entropy) of ids, scored in chunks of the model's positions (<= 256).
+    kv_cache: a cache type (explorer.engine.options) each chunk is fed through in KV_PIECE pieces."""
     chunk = chunk or min(256, lm.info.max_positions or 256)
     total, count = 0.0, 0
     for start in range(0, len(ids) - 1, chunk):
         piece = torch.tensor([ids[start : start + chunk]], device=lm.device)
         if piece.shape[1] < 2:
             break
-        logits = lm.model(input_ids=piece).logits.float()  # [1, T, V]
+        logits = _chunk_logits(lm, piece, kv_cache).float()  # [1, T, V]
         loss = torch.nn.functional.cross_entropy(logits[0, :-1], piece[0, 1:], reduction="sum")
         total, count = total + float(loss), count + piece.shape[1] - 1
     return float(torch.exp(torch.tensor(total / count)))
+
+
+def _chunk_logits(lm, piece: torch.Tensor, kv_cache: str | None) -> torch.Tensor:
+    """Logits of every position of `piece` [1, T]: one forward, or KV_PIECE tokens at a time
+    through a fresh `kv_cache` (so later tokens read the earlier ones' cached K/V)."""
+    if kv_cache is None:
+        return lm.model(input_ids=piece).logits
+    from explorer.engine.options import new_cache
+
+    cache, out = new_cache(kv_cache, lm.model, None), []
+    for i in range(0, piece.shape[1], KV_PIECE):
+        part = piece[:, i : i + KV_PIECE]
+        out.append(lm.model(input_ids=part, cache=cache, use_cache=True).logits)
+    return torch.cat(out, dim=1)
 
 
 SWEEP = register(
@@ -439,7 +469,8 @@ SWEEP = register(
         run=run,
         columns=COLUMNS,
         order=45,
-        help="each rung (static cache, compile, bf16, int8, int4, prompt lookup, prefix cache) on one prompt",
+        help="each rung (static cache, compile, bf16, int8, int4, fp8 KV cache, prompt lookup, "
+        "prefix cache) on one prompt",
         params=(
             Param("batches", "ints", "batches", "1", "batch sizes, e.g. 1,8"),
             Param("new_tokens", "int", "new tokens", "64", "greedy tokens per rung", low=2),

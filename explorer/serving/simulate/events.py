@@ -142,7 +142,7 @@ class Simulator:
                 kv_blocks_used=sum(r.blocks for r in self.running) if paged else None,
                 kv_blocks_total=self.policy.kv_blocks_total,
                 preempted=plan.preempted,
-                passes=[list(p) for p in plan.passes],
+                passes=plan.passes,  # frozen when planned (Plan): no copy per iteration
             )
         )
 

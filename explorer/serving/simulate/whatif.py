@@ -14,8 +14,10 @@ figure) plus a fixed latency. The KV budget is what is left of gpu_memory_utiliz
 blocks, so it decides the largest batch. A mixture of experts reads, each iteration, only the
 experts its tokens touch (E x (1 - (1 - k/E)^tokens) per MoE layer, uniform routing) and computes
 k experts per token; with expert parallelism (expert_parallel=True) each of the N GPUs holds E/N
-whole experts instead of a 1/N slice of every one (E must divide by N; moe_assumptions). Weights and KV cache may be FP8 (--dtype fp8: the
-matmul weights at 1 byte and the chip's FP8 FLOP/s; --kv-dtype fp8: half the KV bytes). The
+whole experts instead of a 1/N slice of every one (E must divide by N; moe_assumptions). Weights
+and KV cache may be FP8 (--dtype fp8: the matmul weights at 1 byte and the chip's FP8 FLOP/s;
+--kv-dtype fp8: half the KV bytes, int8 / int4 with their group scales, explorer.costs.kvdtype:
+more tokens fit the same budget). The
 default efficiencies and overheads were fitted to published GPU runs, and their error against
 those runs (fitted and held out) is shown beside every answer
 (explorer.serving.simulate.published); edit them, and compare against a measured result
@@ -28,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from explorer.costs.hardware import DTYPE_BYTES, Chip, chip_dtype, chip_named
+from explorer.costs.kvdtype import KV_DTYPES, kv_dtype_name
 from explorer.costs.parts import Shape, shape_of
 from explorer.serving.engines import check_context
 from explorer.serving.simulate.steptime import StepModel
@@ -192,7 +195,7 @@ class Precision:
 
     def kv(self) -> str:
         if self.kv_dtype is not None:
-            return chip_dtype(self.kv_dtype)
+            return kv_dtype_name(self.kv_dtype)  # fp8, int8, int4, ... (explorer.costs.kvdtype)
         return "bfloat16" if chip_dtype(self.dtype) == "fp8" else chip_dtype(self.dtype)
 
 
@@ -211,7 +214,7 @@ def model_bytes(info, precision: Precision) -> tuple[float, float, float]:
     if dtype == "fp8":  # the matmuls at 1 byte, the rest at 2
         read = (sum(parts.values()) / shape.bytes_per_value - matmul) * 2 + matmul
         stored = (info.parameters - matmul) * 2 + matmul
-    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * DTYPE_BYTES[precision.kv()]
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * KV_DTYPES[precision.kv()]
     return float(stored), float(read), float(kv)
 
 
@@ -293,6 +296,7 @@ def memory_plan(info, chip: Chip, tp: int, settings: dict, precision: Precision)
         "weights_per_gpu_gb": r["weights"] / 1e9,
         "kv_budget_gb_per_gpu": free / 1e9,
         "kv_tokens": tokens,
+        "kv_bytes_per_token_per_gpu": r["kv_token"],
         "num_blocks": tokens // settings["page_size"],
     }
 
@@ -368,6 +372,7 @@ def assumptions(chip: Chip, tp: int, s: dict, plan: dict, p: Precision, tflops: 
         f"{s['request_latency_s'] * 1e3:.1f} ms per request outside the engine",
         f"weights {plan['weights_gb']:.1f} GB ({plan['weights_per_gpu_gb']:.1f} GB per GPU); KV "
         f"budget {plan['kv_budget_gb_per_gpu']:.1f} GB per GPU = {plan['kv_tokens']:,} tokens "
+        f"at {plan['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB each in {p.kv()} "
         f"({s['gpu_memory_utilization']:.0%} of {chip.memory_gb:.0f} GiB, "
         f"{s['activation_reserve_gb']:.1f} GB activation reserve)",
         f"scheduler: continuous batching, FIFO, chunked prefill under {s['max_batch_tokens']} "
