@@ -219,6 +219,35 @@ def test_the_pool_times_a_start_only_when_its_render_ran_to_the_end():
     assert len(seconds) == 1
 
 
+def test_a_refill_a_visitor_claims_starts_without_waiting_out_the_delay(monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    import voila.voila_kernel_manager as vkm
+
+    monkeypatch.setattr(vkm, "wait_before", vkm.wait_before)  # put back after the test
+    manager = SimpleNamespace(_pools={"dashboard.ipynb": []})
+    kernel_pool.start_when_claimed(manager)
+    started = []
+
+    async def start():
+        started.append(True)
+        return "kernel"
+
+    async def run():
+        pool = manager._pools["dashboard.ipynb"]
+        refill = asyncio.ensure_future(vkm.wait_before(600, start()))  # as fill_if_needed does
+        pool.append(refill)
+        await asyncio.sleep(0.6)
+        assert not started, "a refill still in the pool waits its delay"
+        pool.remove(refill)  # a visitor takes it (get_rendered_notebook pops it, then awaits it)
+        assert await asyncio.wait_for(refill, 30) == "kernel", (
+            "claimed: it starts without the delay"
+        )
+
+    asyncio.run(run())
+
+
 def test_capacity_arithmetic_and_line():
     mb = 1024 * 1024
     cap = capacity.capacity_from(

@@ -7,13 +7,17 @@ server runs with ExplorerKernelManager: idle kernels with no open tab are culled
 `cull_idle_timeout` seconds, while pooled kernels, kernels with an open tab, and kernels that were
 handed to a page whose browser has not connected yet (for up to 2 minutes) are kept. It also times
 the pool's starts (kernel start + the notebook's render, `start_seconds`): a page that waits for a
-kernel says how long a start takes here (server.py serves them as explorer/starts.json).
+kernel says how long a start takes here (server.py serves them as explorer/starts.json). And a
+refill a visitor claims starts at once (`start_when_claimed`): Voila refills the pool after
+`fill_delay` seconds, and a visitor who took the refill before then waited the delay out on a blank
+page before the kernel even began to start.
 
 The Voila server process loads this file by its path (see server.py): it imports nothing from explorer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from datetime import datetime, timedelta, timezone
@@ -63,6 +67,7 @@ def kernel_manager_class():
             initialize = getattr(self, "_initialize", None)
             if initialize is not None:
                 self._initialize = timed_start(initialize, self.start_seconds)
+                start_when_claimed(self)
 
         def notify_connect(self, kernel_id: str) -> None:
             self._ever_connected.add(kernel_id)
@@ -117,6 +122,31 @@ def timed_start(initialize, seconds: deque):
         return content
 
     return timed
+
+
+def start_when_claimed(manager) -> None:
+    """Make Voila's delayed refill start as soon as a visitor takes it out of the pool.
+
+    Voila schedules each refill as a task `wait_before(fill_delay, start)` kept in
+    manager._pools[notebook]; a visitor pops the task and awaits it, delay included. The waiting is
+    replaced (the module global Voila's fill_if_needed calls) by one that ends early once its task
+    has left every pool: the kernel it was going to preheat now has someone waiting for it."""
+    import voila.voila_kernel_manager as vkm
+
+    async def wait_before(delay, aw):
+        task = asyncio.current_task()
+        end = time.monotonic() + (delay or 0)
+        while time.monotonic() < end and claimed_later(manager, task) is False:
+            await asyncio.sleep(min(0.25, max(0.0, end - time.monotonic())))
+        return await aw
+
+    vkm.wait_before = wait_before
+
+
+def claimed_later(manager, task) -> bool:
+    """True once `task` has left every one of the manager's pools (a visitor took it)."""
+    pools = getattr(manager, "_pools", None) or {}
+    return not any(task in pool for pool in pools.values())
 
 
 def _last_activity(kernel) -> datetime | None:
