@@ -68,6 +68,19 @@ class Tab:
     def set_busy(self, busy: bool) -> None:
         """Disable the tab's controls that conflict with a run in progress."""
 
+    def in_background(
+        self, message: str, target, *args, name: str, attr: str = "_thread"
+    ) -> threading.Thread:
+        """A tab's long action: say `message` (busy), keep the thread as self.<attr>, disable what
+        conflicts (set_busy, before the start: a run that fails at once re-enables the controls)
+        and run target(*args) on it, a daemon thread; the target ends with dash.guard.finish()."""
+        self.dash.guard.say(message, "busy")
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        setattr(self, attr, thread)
+        self.set_busy(True)
+        thread.start()
+        return thread
+
 
 def register(order: int):
     """Class decorator: add a Tab subclass to the dashboard at position `order`."""

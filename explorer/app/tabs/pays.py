@@ -158,16 +158,14 @@ class PaysTab(Tab):
         self._stop.clear()
         self.progress.value = 0
         lm = self.dash.session.lm
-        g.say(
+        self.in_background(
             f"Running {kwargs['trick']} over {kwargs.get('over') or 'its first setting'} on "
             f"{lm.info.name}… (Stop keeps the rows so far)",
-            "busy",
+            self._run,
+            lm,
+            kwargs,
+            name="explorer-pays",
         )
-        self._thread = threading.Thread(
-            target=self._run, args=(lm, kwargs), name="explorer-pays", daemon=True
-        )
-        self.set_busy(True)
-        self._thread.start()
         return True
 
     def stop(self) -> None:

@@ -272,20 +272,18 @@ class ServingTab(Tab):
             return False
         self._stop.clear()
         lm = self.dash.session.lm
-        g.say(
+        self._running = "serve"
+        self.in_background(
             f"Serving {wl.num_prompts} requests through {engine} on {lm.info.name}… "
             "(Stop keeps the requests that finished)",
-            "busy",
-        )
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(lm, wl, engine, knobs, slos),
+            self._run,
+            lm,
+            wl,
+            engine,
+            knobs,
+            slos,
             name="explorer-serving",
-            daemon=True,
         )
-        self._running = "serve"
-        self.set_busy(True)  # before start(): a run that fails at once re-enables the controls
-        self._thread.start()
         return True
 
     def stop(self) -> None:
@@ -333,13 +331,15 @@ class ServingTab(Tab):
             return False
         self._stop.clear()
         lm = self.dash.session.lm
-        g.say(f"Running the {name} scenario on {lm.info.name}… (Stop keeps what finished)", "busy")
-        self._scen_thread = threading.Thread(
-            target=self._run_scenario, args=(lm, name), name="explorer-scenario", daemon=True
-        )
         self._running = "scen"
-        self.set_busy(True)
-        self._scen_thread.start()
+        self.in_background(
+            f"Running the {name} scenario on {lm.info.name}… (Stop keeps what finished)",
+            self._run_scenario,
+            lm,
+            name,
+            name="explorer-scenario",
+            attr="_scen_thread",
+        )
         return True
 
     def _run_scenario(self, lm, name: str) -> None:

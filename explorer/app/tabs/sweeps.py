@@ -157,18 +157,14 @@ class SweepsTab(Tab):
             return False
         self._stop.clear()
         self.parts[f"sweep-{name}-progress"].value = 0
-        g.say(
+        self.in_background(
             f"Running the {title} sweep on {self.dash.session.lm.info.name}… (Stop keeps the rows so far)",
-            "busy",
-        )
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(name, self.dash.session.lm, kwargs),
+            self._run,
+            name,
+            self.dash.session.lm,
+            kwargs,
             name=f"explorer-sweep-{name}",
-            daemon=True,
         )
-        self.set_busy(True)  # before start(): a sweep that fails at once re-enables the controls
-        self._thread.start()
         return True
 
     def stop(self) -> None:

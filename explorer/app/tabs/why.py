@@ -207,16 +207,14 @@ class WhyTab(Tab):
         }
         self._stop.clear()
         self.progress.value = 0
-        g.say(
+        self.in_background(
             f"Calibrating on {lm.info.name}: decode at batches {list(kwargs['batches'])} x contexts "
             f"{kwargs['contexts']}… (Stop ends it after the current cell)",
-            "busy",
+            self._calibrate,
+            lm,
+            kwargs,
+            name="explorer-calibrate",
         )
-        self._thread = threading.Thread(
-            target=self._calibrate, args=(lm, kwargs), name="explorer-calibrate", daemon=True
-        )
-        self.set_busy(True)
-        self._thread.start()
         return True
 
     def _calibrate(self, lm, kwargs) -> None:
