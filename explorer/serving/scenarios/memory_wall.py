@@ -23,7 +23,7 @@ import multiprocessing
 import time
 
 from explorer.serving.metrics import RequestRecord, summarise
-from explorer.serving.run import ServingResult, run_meta
+from explorer.serving.run import ServingResult, run_meta, serve
 from explorer.serving.scenarios import Scenario, register
 from explorer.serving.scenarios._figures import headline
 from explorer.serving.workload import Workload
@@ -124,8 +124,11 @@ class MemoryWall(Scenario):
         predicted = predicted_failing_batch(budget, lm.info, s)
         ctx.notes.update(budget_bytes=budget, predicted_batch=predicted)
         probes: dict[int, ServingResult] = {}
-        # the engine's cached manager holds the last run's KV cache: freed here, not in a child
-        # (a child that frees it gets its size back on top of the budget)
+        # one request served here first: what the engine sets up once per process (lazy imports
+        # and caches) is then not spent in a child's budget; and the engine's cached manager,
+        # which holds that run's KV cache, freed here (a child that frees it gets its size back
+        # on top of the budget)
+        serve(lm, workload(1, s), "continuous", label="warm-up", **knobs_for(1, s))
         lm.model.destroy_cached_continuous_batching_manager()
         gc.collect()
 
@@ -226,7 +229,6 @@ def _child(send, lm, requests, budget: float, s: dict) -> None:
     import torch
 
     from explorer.model.device import is_out_of_memory
-    from explorer.serving.run import serve
 
     gc.freeze()  # the parent's objects: transformers' gc.collect() at stop skips them
     batch = len(requests)
@@ -260,13 +262,18 @@ def _child(send, lm, requests, budget: float, s: dict) -> None:
 def fresh_mappings(threshold: int = 64 * 1024) -> None:
     """glibc: every allocation above `threshold` bytes gets its own new mapping (counted against
     RLIMIT_DATA), instead of reusing free space the heap already had at the fork (which would let
-    a batch past the budget through). Nothing happens where glibc's mallopt is not there."""
+    a batch past the budget through), and the heap's free top is trimmed now and whenever it
+    passes `threshold`. Nothing happens where glibc's mallopt is not there."""
     import ctypes
     import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD (fixed: no dynamic threshold)
+        # the heap's free top, kept by the parent's raised trim threshold, goes back now (or a
+        # later free in the child would hand it back as room on top of the budget)
+        libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
+        libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass
 
