@@ -236,6 +236,11 @@ def _child(send, lm, requests, budget: float, s: dict) -> None:
     torch.set_num_threads(1)  # no thread pool's stacks in the budget
     fresh_mappings()
     threading.stack_size(256 * 1024)
+    # the parent's threads left their stacks here; glibc unmaps those past its stack cache when
+    # the next thread starts: started now, so that room is not handed back inside the budget
+    spare = threading.Thread(target=int)
+    spare.start()
+    spare.join()
     errors: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: errors.append(record.getMessage())
