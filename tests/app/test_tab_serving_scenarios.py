@@ -49,8 +49,9 @@ def test_stop_mid_scenario_keeps_what_finished_marked_partial(dash, monkeypatch)
     from explorer.serving import run
 
     # a broken run long enough to be stopped in the middle
-    monkeypatch.setattr(overload, "LOCAL", {"input_len": 8, "output_len": 6, "num_prompts": 400})
-    calibration = overload.CALIBRATION
+    sizes = {"input_len": 8, "output_len": 6, "num_prompts": 400, "fixed_prompts": 8}
+    monkeypatch.setattr(overload, "LOCAL", {**sizes, "calibration": 8})
+    calibration = overload.WARMUP + 8  # the warm-up and the calibration bursts' requests
     records = []
 
     class Seen(run.RequestRecord):

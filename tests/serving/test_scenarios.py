@@ -14,7 +14,13 @@ from explorer.serving import scenarios
 from explorer.serving.engines import Iteration
 from explorer.serving.metrics import RequestRecord, summarise
 from explorer.serving.run import ServingResult
-from explorer.serving.scenarios import cold_start, head_of_line, memory_wall, overload
+from explorer.serving.scenarios import (
+    cold_start,
+    head_of_line,
+    kv_exhaustion,
+    memory_wall,
+    overload,
+)
 
 NAMES = ("overload", "kv-exhaustion", "head-of-line", "straggler", "memory-wall", "cold-start")
 
@@ -135,6 +141,19 @@ def test_overload_evidence_judges_a_growing_queue_unstable():
     assert sc.verdict(ev).startswith(f"unstable at {overload.OVERLOAD}x capacity")
 
 
+def test_replicas_are_enough_for_each_to_see_at_most_the_target_load():
+    assert overload.replicas_needed(30.0, 10.0, 0.5) == 6  # 3x capacity, each at 0.5
+    assert overload.replicas_needed(31.0, 10.0, 0.5) == 7
+    assert overload.replicas_needed(1.0, 10.0, 0.5) == 1
+
+
+def test_every_scenario_has_the_same_sizes_at_every_scale():
+    for name in NAMES:
+        presets = scenarios.get(name).presets()
+        assert set(presets) >= {*scenarios.SCALES, "modelled"}, name
+        assert len({tuple(sorted(p)) for p in presets.values()}) == 1, name  # the same keys
+
+
 def test_head_of_line_evidence_separates_the_long_prompt():
     sc = scenarios.get("head-of-line")
     shorts = [rec(i, 0.0, [0.1, 0.2, 1.2, 1.3]) for i in range(3)]
@@ -221,8 +240,11 @@ def test_the_wall_is_found_from_either_side_of_the_prediction(predicted):
 
 
 def test_kv_exhaustion_end_to_end(target, one_thread):
-    res = scenarios.run("kv-exhaustion", target)
+    res = scenarios.run("kv-exhaustion", target, scale="small", sizes={"output_len": 12})
     d = res.to_dict()
+    small = kv_exhaustion.SMALL
+    assert res.broken.workload["num_prompts"] == small["num_prompts"]  # the small preset
+    assert res.broken.workload["output_len"] == 12  # with sizes over it
     assert set(d) >= {"scenario", "broken", "fixed", "verdict", "why", "evidence", "modelled"}
     assert d["broken"]["preemptions"] > 0 and d["fixed"]["preemptions"] == 0
     assert d["broken"]["steady"] is None  # a burst has no rate to be steady at
@@ -233,7 +255,7 @@ def test_kv_exhaustion_end_to_end(target, one_thread):
 
 
 def test_memory_wall_fails_inside_the_budget_and_this_process_lives(target, one_thread):
-    res = scenarios.run("memory-wall", target, memory_budget_gb=0.004)
+    res = scenarios.run("memory-wall", target, memory_budget_gb=0.004, scale="small")
     ev = res.evidence
     assert ev["predicted_batch"] >= 2 and ev["failed_batch"] is not None
     assert ev["fitted_batch"] == ev["failed_batch"] - 1
@@ -244,7 +266,9 @@ def test_memory_wall_fails_inside_the_budget_and_this_process_lives(target, one_
 
 def test_a_stop_keeps_the_cut_run_marked_partial(target):
     stop = threading.Event()
-    res = scenarios.run("kv-exhaustion", target, stop=stop, progress=lambda text: stop.set())
+    res = scenarios.run(
+        "kv-exhaustion", target, stop=stop, progress=lambda text: stop.set(), scale="small"
+    )
     assert res.partial and res.fixed is None and res.broken.meta["partial"]
     assert res.verdict.startswith("stopped during the broken run")
     assert res.to_dict()["partial"] is True
@@ -268,6 +292,17 @@ def test_bad_input_is_one_line(capsys, argv, line):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and line in err
+
+
+def test_an_unknown_scale_or_size_is_one_line():
+    with pytest.raises(ValueError, match="scale must be one of small, default, got 'huge'"):
+        scenarios.run("overload", None, scale="huge")
+    with pytest.raises(ValueError) as err:
+        scenarios.run("kv-exhaustion", None, sizes={"prompts": 4})
+    assert str(err.value) == (
+        "sizes: the kv-exhaustion scenario has no size 'prompts'; "
+        "it has num_prompts, input_len, output_len, page_size"
+    )
 
 
 def test_list(capsys):

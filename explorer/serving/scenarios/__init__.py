@@ -17,7 +17,7 @@
                                                         # (model: arch:llama-3.1-8b by default)
 
 run(name, lm, *, hardware=None, model=None, engine=None, stop=None, progress=None,
-    memory_budget_gb=None) -> ScenarioResult
+    memory_budget_gb=None, scale="default", sizes=None) -> ScenarioResult
     hardware     a known chip (explorer.costs.hardware): the simulator's what-if on paper,
                  ScenarioResult.modelled True; the scenario must have a model (model_ok)
     engine       another engine for the scenario's broken run; it must take the knobs the
@@ -25,13 +25,19 @@ run(name, lm, *, hardware=None, model=None, engine=None, stop=None, progress=Non
     stop         a threading.Event: set it and the run in progress stops; what it measured is
                  kept, marked partial (ScenarioResult.partial, the run's meta["partial"])
     progress     called with one line of text as each run starts
+    scale        "default", or "small": the least that still shows the failure and its fix (a
+                 notebook or a test on a laptop CPU; fewer requests, a smaller memory budget)
+    sizes        overrides of the scale's sizes, e.g. {"num_prompts": 400}: get(name).presets()
+                 lists them (a GPU user raises them)
     Ctrl-C       raises ScenarioInterrupted (a KeyboardInterrupt): .scenario is the partial
                  ScenarioResult, .result the ServingResult of the cut run
 Bad input is a ValueError with one line: an unknown scenario (it lists them), an engine without
-the scenario's knob (it says which engine has it), a memory budget above what the machine has.
+the scenario's knob (it says which engine has it), a memory budget above what the machine has,
+an unknown scale or size (it lists them).
 
-A scenario is one module here that registers itself (@register): its presets (a seeded workload
-and engine knobs for the broken run and the fixed one, at this machine's scale and at GPU scale),
+A scenario is one module here that registers itself (@register): its presets (the sizes of a
+seeded workload and engine knobs for the broken run and the fixed one: small, this machine's
+default, GPU scale),
 evidence() (figures computed from the two runs' records and iterations) and verdict() (a short
 sentence from the evidence). Scenario.needs names the engine knobs it turns; the Serving tab
 reads it to offer a scenario only for an engine that has them.
@@ -52,6 +58,7 @@ from explorer.serving.run import RunInterrupted, ServingResult
 from explorer.serving.scenarios._context import Context, Plan, check_memory_budget, run_dict
 
 _SCENARIOS: dict[str, Scenario] = {}
+SCALES = ("small", "default")  # the measured presets (modelled: the scenario's GPU-scale one)
 
 
 @dataclass
@@ -98,6 +105,16 @@ class Scenario:
     order: ClassVar[int] = 0
 
     # --- what a scenario defines ------------------------------------------------------------------
+
+    def presets(self) -> dict[str, dict]:
+        """Its sizes per scale: "small" (the least that still shows the failure and its fix: a
+        notebook or a test on a laptop CPU), "default" (measured on this machine), "modelled"
+        (--hardware: GPU scale in the simulator)."""
+        raise NotImplementedError
+
+    def sizes(self, ctx: Context) -> dict:
+        """The preset of ctx's scale ("modelled" with --hardware), with ctx.sizes over it."""
+        return {**self.presets()["modelled" if ctx.modelled else ctx.scale], **ctx.sizes}
 
     def prepare(self, ctx: Context) -> None:
         """Before the two runs (a calibration run, say); notes go into ctx.notes."""
@@ -206,6 +223,19 @@ def check_budget(name: str, gb: float, device="cpu") -> None:
     check_memory_budget(gb, device)
 
 
+def check_sizes(name: str, scale: str = "default", sizes: dict | None = None) -> None:
+    """ValueError (one line) for a scale that is not one of SCALES, or a size the scenario has
+    not got."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    known = get(name).presets()[scale]
+    for key in sizes or {}:
+        if key not in known:
+            raise ValueError(
+                f"sizes: the {name} scenario has no size {key!r}; it has {', '.join(known)}"
+            )
+
+
 def run(
     name: str,
     lm,
@@ -216,9 +246,12 @@ def run(
     stop: threading.Event | None = None,
     progress: Callable[[str], None] | None = None,
     memory_budget_gb: float | None = None,
+    scale: str = "default",
+    sizes: dict | None = None,
 ) -> ScenarioResult:
     """Run the scenario broken and fixed (see the module docstring)."""
     sc = get(name)
+    check_sizes(name, scale, sizes)
     if engine is not None:
         engines.get(engine)  # an unknown engine: its own one line
         check_engine(name, engine)
@@ -235,6 +268,8 @@ def run(
         progress=progress,
         memory_budget_gb=memory_budget_gb,
         scenario=name,
+        scale=scale,
+        sizes=sizes,
     )
     try:
         broken, fixed = sc.execute(ctx)
@@ -312,12 +347,14 @@ __all__ = [
     "check_engine",
     "check_memory_budget",
     "check_modelled",
+    "check_sizes",
     "catalog",
     "engine_takes",
     "get",
     "names",
     "register",
     "run",
+    "SCALES",
 ]
 
 _discover()

@@ -65,6 +65,8 @@ class Context:
     memory_budget_gb: float | None = None
     notes: dict = field(default_factory=dict)  # what prepare() found (calibration)
     results: list = field(default_factory=list)  # the runs so far, in order
+    scale: str = "default"  # the measured preset: "small" (the least that shows it) or "default"
+    sizes: dict = field(default_factory=dict)  # overrides of the preset's sizes
 
     @property
     def modelled(self) -> bool:
@@ -82,12 +84,21 @@ class Context:
         progress,
         memory_budget_gb,
         scenario,
+        scale="default",
+        sizes=None,
     ) -> Context:
         if hardware is None:
             if lm is None:
                 raise ValueError(f"the {scenario} scenario runs a loaded model: give one")
             return cls(
-                lm, lm.info, engine, stop=stop, progress=progress, memory_budget_gb=memory_budget_gb
+                lm,
+                lm.info,
+                engine,
+                stop=stop,
+                progress=progress,
+                memory_budget_gb=memory_budget_gb,
+                scale=scale,
+                sizes=dict(sizes or {}),
             )
         from explorer.model.loader import arch_info
         from explorer.serving.simulate.policy import modelled
@@ -101,7 +112,17 @@ class Context:
 
         info = lm.info if lm is not None else arch_info(model or DEFAULT_ARCH, "bfloat16")
         step, paper = chip_model(info, hardware)
-        return cls(None, info, engine, hardware, step, dict(paper["knobs"]), stop, progress)
+        return cls(
+            None,
+            info,
+            engine,
+            hardware,
+            step,
+            dict(paper["knobs"]),
+            stop,
+            progress,
+            sizes=dict(sizes or {}),
+        )
 
     def say(self, text: str) -> None:
         if self.progress is not None:

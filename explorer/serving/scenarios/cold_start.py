@@ -27,6 +27,7 @@ WORKLOAD = {
     "input_len": 16,
     "output_len": 8,
 }
+SMALL = {**WORKLOAD, "num_prompts": 8}
 OUTLIER = 3.0  # a TTFT above this many times the warm run's median is an outlier
 
 
@@ -68,8 +69,11 @@ class ColdStart(Scenario):
         "engine that has already run."
     )
 
-    def workload(self) -> Workload:
-        return Workload(**WORKLOAD, seed=0)
+    def presets(self) -> dict[str, dict]:
+        return {"small": SMALL, "default": WORKLOAD, "modelled": WORKLOAD}
+
+    def workload(self, ctx) -> Workload:
+        return Workload(**self.sizes(ctx), seed=0)
 
     def execute(self, ctx):
         from explorer.model.loader import load
@@ -80,14 +84,14 @@ class ColdStart(Scenario):
         fresh = load(lm.info.name, device=lm.device, dtype=lm.info.dtype)
         load_s = time.perf_counter() - t0
         ctx.notes["load_s"] = load_s
-        reqs = self.workload().requests(fresh)
+        reqs = self.workload(ctx).requests(fresh)
         late = [replace(r, arrival_s=max(0.0, r.arrival_s - load_s)) for r in reqs]
         res = ctx.serve(Plan("cold (loading as traffic arrives)", late, ctx.engine), lm=fresh)
         broken = delayed(res, {r.id: r.arrival_s for r in reqs}, load_s)
         del fresh
         if ctx.stopped():
             return broken, None
-        warm = Workload(num_prompts=4, input_len=WORKLOAD["input_len"], output_len=2, seed=1)
+        warm = Workload(num_prompts=4, input_len=self.sizes(ctx)["input_len"], output_len=2, seed=1)
         ctx.serve(Plan("warm-up", warm, ctx.engine, {"warmup": True}))
         ctx.results.pop()  # the throwaway burst is not one of the two runs
         if ctx.stopped():

@@ -28,6 +28,14 @@ LOCAL = {
     "long_at": 0.1,
     "chunk": 32,
 }
+SMALL = {
+    "shorts": 4,
+    "input_len": 16,
+    "output_len": 32,
+    "long_len": 320,
+    "long_at": 0.1,
+    "chunk": 32,
+}
 MODELLED = {
     "shorts": 32,
     "input_len": 256,
@@ -55,8 +63,8 @@ class HeadOfLine(Scenario):
         "long prompt pays for it with a later first token."
     )
 
-    def sizes(self, ctx) -> dict:
-        return MODELLED if ctx.modelled else LOCAL
+    def presets(self) -> dict[str, dict]:
+        return {"small": SMALL, "default": LOCAL, "modelled": MODELLED}
 
     def prepare(self, ctx) -> None:
         s = self.sizes(ctx)

@@ -19,6 +19,7 @@ from explorer.serving.workload import Workload
 SHORT_FRACTION = 0.3  # the broken cache holds 30% of the KV the requests need together
 ROOMY_FRACTION = 2.0  # the fixed one twice it (above transformers' 15% free-block margin)
 LOCAL = {"num_prompts": 8, "input_len": 16, "output_len": 24, "page_size": 16}
+SMALL = {"num_prompts": 6, "input_len": 16, "output_len": 16, "page_size": 16}
 MODELLED = {"num_prompts": 64, "input_len": 1024, "output_len": 512, "page_size": 16}
 
 
@@ -44,8 +45,8 @@ class KVExhaustion(Scenario):
         "smaller KV dtype) or fewer requests at once (max concurrency)."
     )
 
-    def sizes(self, ctx) -> dict:
-        return MODELLED if ctx.modelled else LOCAL
+    def presets(self) -> dict[str, dict]:
+        return {"small": SMALL, "default": LOCAL, "modelled": MODELLED}
 
     def plan(self, ctx, label: str, fraction: float) -> Plan:
         s = self.sizes(ctx)

@@ -17,18 +17,27 @@ fixed   the largest batch that fitted (the fix: a batch the budget holds, or a b
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import time
 
 from explorer.serving.metrics import RequestRecord, summarise
-from explorer.serving.run import ServingResult, run_meta
+from explorer.serving.run import ServingResult, run_meta, serve
 from explorer.serving.scenarios import Scenario, register
 from explorer.serving.scenarios._figures import headline
 from explorer.serving.workload import Workload
 
 DEFAULT_BUDGET_GB = 0.012
-SIZES = {"input_len": 60, "output_len": 4, "page_size": 16, "max_batch_tokens": 128}
+SIZES = {
+    "input_len": 60,
+    "output_len": 4,
+    "page_size": 16,
+    "max_batch_tokens": 128,
+    "budget_gb": DEFAULT_BUDGET_GB,
+}
+# a smaller budget: the wall at a small batch, each probe a short run
+SMALL = {**SIZES, "budget_gb": 0.005}
 CHILD_TIMEOUT_S = 60.0
 GIVE_UP = 4  # no failure up to this many times the predicted batch: the model is off
 
@@ -72,8 +81,7 @@ def find_wall(fits, predicted: int, stopped=lambda: False) -> tuple[int, int | N
     return lo, hi
 
 
-def knobs_for(batch: int) -> dict:
-    s = SIZES
+def knobs_for(batch: int, s: dict = SIZES) -> dict:
     per = math.ceil((s["input_len"] + s["output_len"]) / s["page_size"])
     return {
         "num_blocks": batch * per,
@@ -82,10 +90,8 @@ def knobs_for(batch: int) -> dict:
     }
 
 
-def workload(batch: int) -> Workload:
-    return Workload(
-        num_prompts=batch, input_len=SIZES["input_len"], output_len=SIZES["output_len"], seed=0
-    )
+def workload(batch: int, s: dict = SIZES) -> Workload:
+    return Workload(num_prompts=batch, input_len=s["input_len"], output_len=s["output_len"], seed=0)
 
 
 @register
@@ -107,18 +113,28 @@ class MemoryWall(Scenario):
         "fewer KV heads)."
     )
 
+    def presets(self) -> dict[str, dict]:
+        return {"small": SMALL, "default": SIZES, "modelled": SIZES}
+
     def execute(self, ctx):
-        lm = ctx.lm
+        lm, s = ctx.lm, self.sizes(ctx)
         if str(lm.device) != "cpu":
             raise ValueError("the memory-wall scenario runs on the CPU: load the model there")
-        budget = (ctx.memory_budget_gb or DEFAULT_BUDGET_GB) * 1e9
-        predicted = predicted_failing_batch(budget, lm.info)
+        budget = (ctx.memory_budget_gb or s["budget_gb"]) * 1e9
+        predicted = predicted_failing_batch(budget, lm.info, s)
         ctx.notes.update(budget_bytes=budget, predicted_batch=predicted)
         probes: dict[int, ServingResult] = {}
+        # one request served here first: what the engine sets up once per process (lazy imports
+        # and caches) is then not spent in a child's budget; and the engine's cached manager,
+        # which holds that run's KV cache, freed here (a child that frees it gets its size back
+        # on top of the budget)
+        serve(lm, workload(1, s), "continuous", label="warm-up", **knobs_for(1, s))
+        lm.model.destroy_cached_continuous_batching_manager()
+        gc.collect()
 
         def probe(batch: int) -> bool:
             ctx.say(f"batch {batch} under a {budget / 1e6:.0f} MB budget (forked child)")
-            probes[batch] = serve_capped(lm, batch, budget)
+            probes[batch] = serve_capped(lm, batch, budget, s)
             return all(r.ok for r in probes[batch].records)
 
         lo, hi = find_wall(probe, predicted, ctx.stopped)
@@ -161,14 +177,14 @@ class MemoryWall(Scenario):
         )
 
 
-def serve_capped(lm, batch: int, budget: float) -> ServingResult:
+def serve_capped(lm, batch: int, budget: float, s: dict = SIZES) -> ServingResult:
     """Serve `batch` requests (cache sized for them) in a forked child capped at `budget` bytes
     of data above its size at the fork; its ServingResult, or one whose requests carry why it
     failed (meta["out_of_memory"] True when it ran out)."""
     ctx = multiprocessing.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
-    requests = workload(batch).requests(lm)  # tokenized here: the child only serves
-    child = ctx.Process(target=_child, args=(send, lm, requests, budget), daemon=True)
+    requests = workload(batch, s).requests(lm)  # tokenized here: the child only serves
+    child = ctx.Process(target=_child, args=(send, lm, requests, budget, s), daemon=True)
     child.start()
     send.close()
     try:
@@ -181,28 +197,31 @@ def serve_capped(lm, batch: int, budget: float) -> ServingResult:
         child.join()
     if got is None:
         why = f"the child process ended without a result (exit code {child.exitcode})"
-        return failed_result(lm, batch, why, out_of_memory=child.exitcode in (-9, 137))
+        return failed_result(lm, batch, why, child.exitcode in (-9, 137), s)
     if "error" in got:
-        return failed_result(lm, batch, got["error"], out_of_memory=got["out_of_memory"])
+        return failed_result(lm, batch, got["error"], got["out_of_memory"], s)
     return ServingResult.from_dict(got["result"])
 
 
-def failed_result(lm, batch: int, error: str, out_of_memory: bool) -> ServingResult:
+def failed_result(
+    lm, batch: int, error: str, out_of_memory: bool, s: dict = SIZES
+) -> ServingResult:
     """A batch that never ran: each request carries the error."""
-    reqs = workload(batch).requests(lm)
+    reqs = workload(batch, s).requests(lm)
     records = [
         RequestRecord(r.id, len(r.prompt_ids), r.max_tokens, r.arrival_s, error=error) for r in reqs
     ]
     meta = run_meta(lm, "failed (out of memory)" if out_of_memory else "failed", f"batch {batch}")
     meta.update(partial=False, out_of_memory=out_of_memory)
-    engine = {"engine": "continuous", **knobs_for(batch)}
-    return ServingResult(engine, workload(batch).to_dict(), records, [], summarise(records), meta)
+    engine = {"engine": "continuous", **knobs_for(batch, s)}
+    return ServingResult(
+        engine, workload(batch, s).to_dict(), records, [], summarise(records), meta
+    )
 
 
-def _child(send, lm, requests, budget: float) -> None:
+def _child(send, lm, requests, budget: float, s: dict) -> None:
     """In the forked child: cap the data segment, serve the batch, send what happened. Nothing
     in the child touches the tokenizer (a Rust allocation that fails aborts the process)."""
-    import gc
     import logging
     import resource
     import threading
@@ -210,7 +229,6 @@ def _child(send, lm, requests, budget: float) -> None:
     import torch
 
     from explorer.model.device import is_out_of_memory
-    from explorer.serving.run import serve
 
     gc.freeze()  # the parent's objects: transformers' gc.collect() at stop skips them
     batch = len(requests)
@@ -218,6 +236,11 @@ def _child(send, lm, requests, budget: float) -> None:
     torch.set_num_threads(1)  # no thread pool's stacks in the budget
     fresh_mappings()
     threading.stack_size(256 * 1024)
+    # the parent's threads left their stacks here; glibc unmaps those past its stack cache when
+    # the next thread starts: started now, so that room is not handed back inside the budget
+    spare = threading.Thread(target=int)
+    spare.start()
+    spare.join()
     errors: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: errors.append(record.getMessage())
@@ -228,7 +251,7 @@ def _child(send, lm, requests, budget: float) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (data_bytes() + int(budget), hard))
     try:
         t0 = time.perf_counter()
-        res = serve(lm, requests, "continuous", label=f"batch {batch}", **knobs_for(batch))
+        res = serve(lm, requests, "continuous", label=f"batch {batch}", **knobs_for(batch, s))
         res.meta["seconds"] = time.perf_counter() - t0
         oom = next((e for e in errors if is_out_of_memory(RuntimeError(e))), None)
         out = {"result": res.to_dict()} if oom is None else {"error": oom, "out_of_memory": True}
@@ -244,13 +267,18 @@ def _child(send, lm, requests, budget: float) -> None:
 def fresh_mappings(threshold: int = 64 * 1024) -> None:
     """glibc: every allocation above `threshold` bytes gets its own new mapping (counted against
     RLIMIT_DATA), instead of reusing free space the heap already had at the fork (which would let
-    a batch past the budget through). Nothing happens where glibc's mallopt is not there."""
+    a batch past the budget through), and the heap's free top is trimmed now and whenever it
+    passes `threshold`. Nothing happens where glibc's mallopt is not there."""
     import ctypes
     import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD (fixed: no dynamic threshold)
+        # the heap's free top, kept by the parent's raised trim threshold, goes back now (or a
+        # later free in the child would hand it back as room on top of the budget)
+        libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
+        libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass
 

@@ -1,9 +1,11 @@
 """overload: past the knee the waiting queue grows without bound and TTFT climbs with time.
 
-Calibration first (measured: a burst through the same engine gives the requests/s it drains;
+Calibration first (measured: a throwaway warm-up burst, so the engine's cold first passes are
+left out, then a burst through the same engine: requests / its duration is the rate it drained;
 modelled: the step model's saturation rate), then Poisson arrivals at OVERLOAD x that rate
-(broken), and the fix: capacity, REPLICAS replicas sharing the same arrivals, each seeing
-1 / REPLICAS of the rate (one replica measured: as many requests at 1 / REPLICAS of the rate).
+(broken), and the fix: capacity, replicas sharing the same arrivals, as many as it takes for each
+to see at most TARGET_LOAD of that rate (one replica measured, with more requests: a steady
+queue wanders, and the trend test needs a longer run to tell wandering from growth).
 The verdict is explorer.serving.steady's trend test on the broken run's records, the TTFT of its
 last quarter of requests against its first quarter, and what its first SHORT requests alone
 (a short benchmark at the same rate) would have shown.
@@ -20,15 +22,38 @@ from explorer.serving.steady import judge
 from explorer.serving.workload import Workload
 
 OVERLOAD = 3.0  # the broken run's rate / the calibrated capacity
-TARGET_LOAD = 0.6  # each replica's share of the capacity after the fix (at most)
+TARGET_LOAD = 0.5  # each replica's share of the capacity after the fix (at most)
 SHORT = 24  # the short benchmark the broken run's first requests stand for
-LOCAL = {"input_len": 16, "output_len": 8, "num_prompts": 48}
-CALIBRATION = 32  # requests of the burst that measures what the engine drains
-MODELLED = {"input_len": 512, "output_len": 128, "num_prompts": 600}
+WARMUP = 4  # requests of the throwaway burst before the calibration (a cold first pass is slow)
+# num_prompts: the broken run (at OVERLOAD x: the trend test needs MIN_POINTS in its second half);
+# fixed_prompts: the one replica's run (a steady queue wanders: the trend test needs more of it to
+# tell wandering from growth); calibration: the burst that measures what the engine drains
+LOCAL = {
+    "input_len": 16,
+    "output_len": 8,
+    "num_prompts": 96,
+    "fixed_prompts": 128,
+    "calibration": 48,
+}
+SMALL = {
+    "input_len": 16,
+    "output_len": 8,
+    "num_prompts": 64,
+    "fixed_prompts": 96,
+    "calibration": 32,
+}
+MODELLED = {
+    "input_len": 512,
+    "output_len": 128,
+    "num_prompts": 600,
+    "fixed_prompts": 600,
+    "calibration": 0,
+}
 
 
-def replicas_needed(overload: float = OVERLOAD, target: float = TARGET_LOAD) -> int:
-    return math.ceil(overload / target)
+def replicas_needed(offered: float, capacity: float, target: float = TARGET_LOAD) -> int:
+    """Replicas sharing `offered` req/s so that each sees at most `target` of `capacity`."""
+    return max(1, math.ceil(offered / (target * capacity) - 1e-9))
 
 
 @register
@@ -36,7 +61,7 @@ class Overload(Scenario):
     name, order = "overload", 10
     title = "overload: past the knee the queue grows without bound"
     needs = ()  # any engine: only the arrival rate changes
-    fix = f"capacity: {replicas_needed()} replicas share the arrivals"
+    fix = f"capacity: replicas enough that each sees at most {TARGET_LOAD:.0%} of what it drains"
     why = (
         "Requests arrive faster than the engine drains them, so the waiting queue grows for as "
         "long as they keep coming and every request waits longer than the one before. "
@@ -47,8 +72,8 @@ class Overload(Scenario):
         "served): each replica then sees a rate below what it drains and the queue stays bounded."
     )
 
-    def sizes(self, ctx) -> dict:
-        return MODELLED if ctx.modelled else LOCAL
+    def presets(self) -> dict[str, dict]:
+        return {"small": SMALL, "default": LOCAL, "modelled": MODELLED}
 
     def prepare(self, ctx) -> None:
         s = self.sizes(ctx)
@@ -56,22 +81,24 @@ class Overload(Scenario):
             cap = ctx.capacity_rps(s["input_len"], s["output_len"])
             ctx.notes.update(capacity_rps=cap, capacity_from="modelled saturation rate")
             return
-        calib = Workload(
-            num_prompts=CALIBRATION, input_len=s["input_len"], output_len=s["output_len"]
-        )
-        res = ctx.serve(Plan("calibration (burst)", calib, ctx.engine))
-        ctx.results.remove(res)  # not one of the scenario's two runs
-        cap = res.result["request_throughput"]
+        n, shape = s["calibration"], {"input_len": s["input_len"], "output_len": s["output_len"]}
+        for label, count in (("warm-up", WARMUP), ("calibration (burst)", n)):
+            res = ctx.serve(Plan(label, Workload(num_prompts=count, **shape, seed=1), ctx.engine))
+            ctx.results.remove(res)  # not one of the scenario's two runs
         ctx.notes.update(
-            capacity_rps=cap, capacity_from=f"measured: a burst of {CALIBRATION} requests"
+            capacity_rps=res.result["request_throughput"],
+            capacity_from=(
+                f"measured: a burst of {n} requests after a warm-up burst of {WARMUP} (requests "
+                "/ the burst's duration, the engine's first passes left out)"
+            ),
         )
 
-    def workload(self, ctx, share: int) -> Workload:
-        s, cap = self.sizes(ctx), self.notes_capacity(ctx)
+    def workload(self, ctx, rate: float, prompts: int) -> Workload:
+        s = self.sizes(ctx)
         return Workload(
-            num_prompts=s["num_prompts"],
+            num_prompts=prompts,
             arrival="poisson",
-            request_rate=OVERLOAD * cap / share,
+            request_rate=rate,
             input_len=s["input_len"],
             output_len=s["output_len"],
             seed=0,
@@ -81,15 +108,21 @@ class Overload(Scenario):
     def notes_capacity(ctx) -> float:
         cap = ctx.notes.get("capacity_rps")
         if not cap:
-            raise ValueError("overload: the calibration run drained nothing (stopped?)")
+            raise ValueError("overload: the calibration burst drained nothing (stopped?)")
         return cap
 
     def broken(self, ctx) -> Plan:
-        return Plan(f"{OVERLOAD}x capacity", self.workload(ctx, 1), ctx.engine)
+        rate = OVERLOAD * self.notes_capacity(ctx)
+        ctx.notes["offered_rps"] = rate
+        wl = self.workload(ctx, rate, self.sizes(ctx)["num_prompts"])
+        return Plan(f"{OVERLOAD}x capacity", wl, ctx.engine)
 
     def fixed(self, ctx) -> Plan:
-        n = replicas_needed()
-        return Plan(f"1 of {n} replicas", self.workload(ctx, n), ctx.engine)
+        cap, offered = self.notes_capacity(ctx), ctx.notes["offered_rps"]
+        n = replicas_needed(offered, cap)
+        ctx.notes["replicas"] = n
+        wl = self.workload(ctx, offered / n, self.sizes(ctx)["fixed_prompts"])
+        return Plan(f"1 of {n} replicas", wl, ctx.engine)
 
     def evidence(self, broken, fixed, notes) -> dict:
         recs = sorted(broken.records, key=lambda r: r.arrival_s)
@@ -103,7 +136,9 @@ class Overload(Scenario):
             "capacity_rps": cap,
             "capacity_from": notes.get("capacity_from"),
             "offered_rps": broken.workload.get("request_rate"),
-            "replicas": replicas_needed(),
+            "replicas": notes.get("replicas"),
+            "fixed_offered_rps": fixed.workload.get("request_rate"),
+            "fixed_load": ratio(fixed.workload.get("request_rate"), cap),
             "queue_growth": judged["queue_growth"],
             "steady": judged["steady"],
             "stability": judged["stability"],

@@ -15,6 +15,7 @@ from explorer.serving.workload import Workload
 
 SLOTS = 8
 LOCAL = {"num_prompts": 24, "input_len": 16, "output_len": 6, "spread": 0.9}
+SMALL = {"num_prompts": 16, "input_len": 16, "output_len": 6, "spread": 0.9}
 MODELLED = {"num_prompts": 256, "input_len": 512, "output_len": 128, "spread": 1.0}
 
 
@@ -35,8 +36,11 @@ class Straggler(Scenario):
         "from the queue, so the same number of slots stays busy and the queue drains sooner."
     )
 
+    def presets(self) -> dict[str, dict]:
+        return {"small": SMALL, "default": LOCAL, "modelled": MODELLED}
+
     def workload(self, ctx) -> Workload:
-        s = MODELLED if ctx.modelled else LOCAL
+        s = self.sizes(ctx)
         return Workload(
             num_prompts=s["num_prompts"],
             input_len=s["input_len"],
