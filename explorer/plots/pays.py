@@ -173,7 +173,7 @@ def _pays_columns(df) -> dict[str, dict[str, Any]]:
             "y": np.array([math.nan if _unstable(r) else _num(r["speedup"]) for r in rows]),
             "hovertext": hover,
         },
-        "speedup (predicted: cost model)": {
+        "speedup (modelled: cost model)": {
             "x": xs,
             "y": np.array([_num(r.get("predicted_speedup")) for r in rows]),
         },
@@ -297,7 +297,7 @@ def pays_figure() -> go.Figure:
                    hoverinfo="text", line=dict(color="#1f77b4", width=2.5), marker=dict(size=8))
     )  # fmt: skip
     fig.add_trace(
-        go.Scatter(name="speedup (predicted: cost model)", x=[], y=[], mode="lines+markers",
+        go.Scatter(name="speedup (modelled: cost model)", x=[], y=[], mode="lines+markers",
                    line=dict(color="#555", dash="dot"), marker=dict(size=6, symbol="circle-open"))
     )  # fmt: skip
     fig.add_trace(

@@ -65,7 +65,7 @@ def test_a_run_draws_the_speedup_the_crossovers_and_the_why(dash):
     measured = trace_of(chart, "speedup (measured)")
     assert list(measured.x) == [4, 8]
     assert list(measured.y) == pytest.approx(list(df["speedup"]))
-    assert list(trace_of(chart, "speedup (predicted: cost model)").y) == pytest.approx(
+    assert list(trace_of(chart, "speedup (modelled: cost model)").y) == pytest.approx(
         list(df["predicted_speedup"])
     )
     # the baseline's regime behind each setting: one shaded band per run of equal regimes

