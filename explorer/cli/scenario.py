@@ -23,6 +23,7 @@ RUN_KEYS = ("p99_ttft_ms", "p99_itl_ms", "output_throughput", "preemptions", "st
 
 def add(sub) -> None:
     from explorer.serving.engines import names as engine_names
+    from explorer.serving.scenarios import SCALES
 
     p = sub.add_parser(
         "scenario", help="a production failure on a real engine, its evidence, why, and its fix"
@@ -50,6 +51,12 @@ def add(sub) -> None:
         help="the broken run's engine (default: the scenario's own)",
     )
     p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--scale",
+        choices=SCALES,
+        default="default",
+        help="the measured preset's size: small runs each scenario in seconds (the notebook's)",
+    )
     p.add_argument(
         "--url",
         default=None,
@@ -97,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             engine=args.engine,
             progress=say,
             memory_budget_gb=args.memory_budget,
+            scale=args.scale,
         )
     except scenarios.ScenarioInterrupted as cut:
         _report(args, cut.scenario)

@@ -309,3 +309,15 @@ def test_list(capsys):
     assert main(["scenario", "--list"]) == 0
     out = capsys.readouterr().out
     assert [line.split()[0] for line in out.splitlines()] == list(NAMES)
+
+
+def test_the_cli_runs_a_scenario_at_the_small_scale(capsys):
+    import json
+
+    assert main(["scenario", "straggler", "--scale", "small", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    small = scenarios.get("straggler").presets()["small"]
+    assert out["scenario"] == "straggler" and out["verdict"]
+    assert out["broken"]["num_prompts"] == out["fixed"]["num_prompts"] == small["num_prompts"]
+    assert main(["scenario", "straggler", "--scale", "huge"]) == 2  # the choices: the presets
+    assert "small" in capsys.readouterr().err
