@@ -266,7 +266,7 @@ def pays_title(df) -> str:
     return (
         f"{trick} over {axis}: crosses 1x at {said('crossover_measured')} (measured), "
         f"{said('crossover_predicted')} (predicted)"
-        + (f" · {where}" if where else "")
+        + (f"<br>{where}" if where else "")
         + (" · PARTIAL: stopped before its last setting" if a.get("partial") else "")
     )
 
@@ -281,7 +281,7 @@ def pays_figure() -> go.Figure:
     """The empty chart: speedup over the setting on a log axis (1-2-5 ticks, 1x marked)."""
     fig = go.Figure(
         layout=dict(
-            title=dict(text=pays_title(None), font=dict(size=13)),
+            title=dict(text=pays_title(None), font=dict(size=13), x=0.01, xanchor="left"),
             xaxis=dict(title=dict(text="setting")),
             yaxis=dict(
                 title=dict(text="speedup (baseline time / trick time)"),

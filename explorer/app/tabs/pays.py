@@ -50,7 +50,7 @@ class PaysTab(Tab):
         box = labelled(self.parts, "pays", "70px")
         options = [(f"{pays.get_trick(n).title} ({n})", n) for n in pays.names()]
         self.trick = box(W.Dropdown, "trick", pays.names()[0], "trick", "330px", options=options)
-        self.axis = box(W.Dropdown, "axis", None, "over", "200px", options=[])
+        self.axis = box(W.Dropdown, "axis", None, "over", "330px", options=[])
         self.values = box(W.Text, "values", "", "values", "330px", continuous_update=False)
         self.repeats = box(W.IntText, "repeats", 3, "repeats", "150px")
         self.run_button = button(

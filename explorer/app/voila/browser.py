@@ -262,6 +262,7 @@ TAB_TOUR = [
     ("Why this time?", "why", ["why-profile-run"]),
     ("Inside", "inside", ["inside-lens-run", "inside-attention-run"]),
     ("Sweeps", "sweeps", ["sweep-cache-run"]),
+    ("Where does it pay?", "pays", ["pays-run"]),
     ("Serving", "serving", ["serve-run"]),
     ("Capacity", "capacity", ["cap-run"]),
     ("Speculative", "speculative", ["spec-run"]),
