@@ -167,7 +167,9 @@ class MemoryWall(Scenario):
         if ev["failed_batch"] is None:
             return (
                 f"no batch up to {max(ev['batches_tried'])} failed under {mb:.0f} MB (predicted "
-                f"failure at {ev['predicted_batch']}): the model overestimates what this needs"
+                f"failure at {ev['predicted_batch']}): either the model overestimates what this "
+                "needs, or the child got back memory this long-lived process had freed (run "
+                "`explorer scenario memory-wall` in a fresh process)"
             )
         how = "out of memory" if ev["out_of_memory"] else f"not out of memory: {ev['error']}"
         return (
@@ -232,7 +234,8 @@ def _child(send, lm, requests, budget: float, s: dict) -> None:
 
     gc.freeze()  # the parent's objects: transformers' gc.collect() at stop skips them
     batch = len(requests)
-    lm.tokenizer = None  # the child's copy: outputs stay token ids
+    tokenizer, lm.tokenizer = lm.tokenizer, None  # the child's copy: outputs stay token ids
+    # (kept referenced: freeing it here would hand its memory back on top of the budget)
     torch.set_num_threads(1)  # no thread pool's stacks in the budget
     fresh_mappings()
     threading.stack_size(256 * 1024)
@@ -262,6 +265,7 @@ def _child(send, lm, requests, budget: float, s: dict) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
     send.send(out)
     send.close()
+    del tokenizer
 
 
 def fresh_mappings(threshold: int = 64 * 1024) -> None:
