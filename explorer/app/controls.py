@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import ipywidgets as W
 
+from explorer.engine.options import CACHE_TYPES
 from explorer.engine.sampling import Sampling
 from explorer.engine.settings import SessionOptions, Spec, specs
 
@@ -244,10 +245,10 @@ def engine_controls(rs: RunSettings) -> dict[str, W.Widget]:
     return {
         "cache-type": tagged(
             W.Dropdown(
-                options=["dynamic", "static"],
+                options=list(CACHE_TYPES),
                 value=rs.cache_type,
                 description="cache type",
-                tooltip="static: preallocated to prompt + max tokens (what torch.compile wants)",
+                tooltip="static: preallocated to prompt + max tokens (what torch.compile wants); fp8 / int4: a quantized KV cache (fewer KV bytes, a little error)",
                 **drop,
             ),
             "cache-type",

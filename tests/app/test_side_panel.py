@@ -144,6 +144,15 @@ def test_engine_controls_build_a_session_on_the_rung_and_refuse_what_cannot_run(
     dash.run_parts["cache"].value = False  # a static cache without a cache: refused, said
     assert "use_cache" in message(dash) and dash.run_parts["cache"].value is True
     assert dash.step().cache_type == "static"
+    dash.run_parts["cache-type"].value = "fp8"  # a quantized KV cache: its bytes counted at fp8
+    step = dash.step()
+    assert step.cache_type == "fp8" and dash.session.cache_type == "fp8"
+    import importlib.util
+
+    if importlib.util.find_spec("optimum") is None:  # the int4 backend's package is missing here
+        dash.run_parts["cache-type"].value = "int4:quanto"
+        assert "optimum-quanto" in message(dash), message(dash)
+        assert dash.step() is not None  # the kernel and the session carry on
 
 
 def test_shared_mode_offers_only_the_allow_list(tiny):
