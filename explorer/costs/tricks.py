@@ -81,11 +81,8 @@ def prefix_speedup(full_s: float, hit_s: float, hit_fraction: float) -> float:
     return full_s / prefix_expected_s(full_s, hit_s, hit_fraction)
 
 
-def dynamic_cache_copy_bytes(kv_bytes_per_token: float, cached: int, batch: int = 1) -> float:
-    """Bytes a DynamicCache's torch.cat moves per step: the cached K/V read and written again."""
-    return 2.0 * kv_bytes_per_token * cached * batch
-
-
-def prefix_copy_bytes(kv_bytes_per_token: float, prefix: int, batch: int = 1) -> float:
-    """Bytes a prefix-cache hit copies (read + write of the prefix's K/V, one copy per row)."""
-    return 2.0 * kv_bytes_per_token * prefix * batch
+def kv_copy_bytes(kv_bytes_per_token: float, tokens: int, batch: int = 1) -> float:
+    """Bytes one copy of `tokens` tokens' K/V moves (read + write, one copy per row): what a
+    DynamicCache's torch.cat moves per step for its cached tokens, and what a prefix-cache hit
+    copies for its prefix."""
+    return 2.0 * kv_bytes_per_token * tokens * batch

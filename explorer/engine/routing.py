@@ -26,6 +26,7 @@ import weakref
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import nn
 
 from explorer.model.moe import experts_touched_expected, routers
@@ -69,8 +70,15 @@ class Capture:
         """This pass's routing as plain data (the module docstring); None if a router was missed."""
         if set(self.chosen) != set(self.layers):
             return None
-        layers = [_layer_record(i, *self.chosen[i], max_tokens) for i in self.layers]
-        tokens = int(self.chosen[self.layers[0]][0].shape[0])
+        chosen = [self.chosen[i] for i in self.layers]
+        tokens = int(chosen[0][0].shape[0])
+        # every layer routes the same tokens: one copy to the host for all of them (not 2 per layer)
+        ids = torch.stack([c[0].reshape(tokens, -1) for c in chosen]).cpu()  # [layers, T, k]
+        weights = torch.stack([c[1].reshape(tokens, -1)[:max_tokens] for c in chosen])
+        weights = weights.float().cpu()  # [layers, min(T, kept), k]
+        layers = [
+            _layer_record(i, ids[n], weights[n], max_tokens) for n, i in enumerate(self.layers)
+        ]
         return {
             "tokens": tokens,
             "tokens_kept": min(tokens, max_tokens),
@@ -79,10 +87,9 @@ class Capture:
         }
 
 
-def _layer_record(layer: int, indices, weights, max_tokens: int) -> dict[str, Any]:
-    ids = indices.reshape(indices.shape[0], -1).cpu()  # [T, k]
+def _layer_record(layer: int, ids, kept, max_tokens: int) -> dict[str, Any]:
+    """One layer's record from host tensors: ids [T, k], kept (the listed tokens' weights) [t, k]."""
     touched, load = ids.unique(return_counts=True)
-    kept = weights.reshape(ids.shape)[:max_tokens].float().cpu()
     return {
         "layer": layer,
         "touched": touched.tolist(),

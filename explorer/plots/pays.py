@@ -21,6 +21,7 @@ block: its regions carry their why as hover text.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -350,15 +351,9 @@ def pays_chart(df, *, height: int = 440) -> go.Figure:
 
 
 def _wrap(line: str, width: int = WHY_WIDTH) -> str:
-    """A why line broken (<br>) at spaces into lines of at most `width` characters."""
-    out, current = [], ""
-    for word in line.split(" "):
-        if current and len(current) + 1 + len(word) > width:
-            out.append(current)
-            current = "    " + word  # continuation lines indented
-        else:
-            current = f"{current} {word}" if current else word
-    return "<br>".join([*out, current])
+    """A why line broken (<br>) at spaces into lines of at most `width` characters (continuation
+    lines indented)."""
+    return "<br>".join(textwrap.wrap(line, width, subsequent_indent="    ", break_long_words=False))
 
 
 def _speedup_range(df) -> list[float]:

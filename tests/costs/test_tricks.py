@@ -6,11 +6,10 @@ import pytest
 
 from explorer.costs.calibrate import Calibration
 from explorer.costs.tricks import (
-    dynamic_cache_copy_bytes,
     fewer_bytes_speedup,
+    kv_copy_bytes,
     overhead_cut_speedup,
     overhead_removed_s,
-    prefix_copy_bytes,
     prefix_expected_s,
     prefix_speedup,
     ratio,
@@ -75,5 +74,5 @@ def test_prefix_hit_fraction_mixes_hit_and_miss():
 
 
 def test_copy_bytes_read_and_write_the_cached_kv():
-    assert dynamic_cache_copy_bytes(100, 7, batch=2) == 2 * 100 * 7 * 2
-    assert prefix_copy_bytes(64, 10) == 2 * 64 * 10
+    assert kv_copy_bytes(100, 7, batch=2) == 2 * 100 * 7 * 2
+    assert kv_copy_bytes(64, 10) == 2 * 64 * 10

@@ -137,13 +137,14 @@ class Context:
             return workload.requests(vocab_size=self.info.vocab_size)
         return workload.requests(lm or self.lm)
 
-    def serve(self, plan: Plan, lm=None) -> ServingResult:
+    def serve(self, plan: Plan, lm=None, keep: bool = True) -> ServingResult:
         """Run the plan (measured on lm, default the context's; or modelled); the result joins
-        self.results."""
+        self.results unless keep=False (a warm-up or calibration run: not one of the two)."""
         where = f"modelled on {self.hardware}" if self.modelled else "measured"
         self.say(f"{plan.label} run ({plan.engine}, {where})")
         res = self._simulate(plan) if self.modelled else self._measure(plan, lm or self.lm)
-        self.results.append(res)
+        if keep:
+            self.results.append(res)
         return res
 
     def _measure(self, plan: Plan, lm) -> ServingResult:

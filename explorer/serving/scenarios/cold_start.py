@@ -92,8 +92,7 @@ class ColdStart(Scenario):
         if ctx.stopped():
             return broken, None
         warm = Workload(num_prompts=4, input_len=self.sizes(ctx)["input_len"], output_len=2, seed=1)
-        ctx.serve(Plan("warm-up", warm, ctx.engine, {"warmup": True}))
-        ctx.results.pop()  # the throwaway burst is not one of the two runs
+        ctx.serve(Plan("warm-up", warm, ctx.engine, {"warmup": True}), keep=False)
         if ctx.stopped():
             return broken, None
         return broken, ctx.serve(Plan("warm", reqs, ctx.engine, {"warmup": True}))

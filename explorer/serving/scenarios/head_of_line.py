@@ -72,8 +72,9 @@ class HeadOfLine(Scenario):
             ctx.notes["long_at"] = s["long_at"]
             return
         shorts = Workload(num_prompts=s["shorts"], input_len=s["input_len"], output_len=8, seed=0)
-        res = ctx.serve(Plan("calibration (the short requests alone)", shorts, ctx.engine))
-        ctx.results.remove(res)  # not one of the scenario's two runs
+        res = ctx.serve(
+            Plan("calibration (the short requests alone)", shorts, ctx.engine), keep=False
+        )
         r = res.result
         at = ((r["median_ttft_ms"] or 0) + DECODING * (r["median_itl_ms"] or 0)) / 1e3
         ctx.notes["long_at"] = at or s["long_at"]

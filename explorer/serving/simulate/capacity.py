@@ -244,7 +244,8 @@ def _answer(setup: Setup, chip: str, best: dict | None, probes: list[dict], slos
         "modelled": True,
         "assumptions": setup.model.assumptions
         + [
-            f"steady: queueing delay grows < 0.05 s per s of arrivals over the second half; "
+            f"steady: the waiting queue grows < {GROWTH_LIMIT} requests per arrival over the "
+            "second half of the arrivals; "
             f"p99s settled (they move < {CONVERGE_TOL:.0%} of their SLO when the run doubles); "
             f"rate bisected "
             f"to {PRECISION:.0%}; modelled capacity {setup.capacity:.3g} req/s (the step "

@@ -24,6 +24,7 @@ from explorer.costs.split import split
 from explorer.costs.timing import alternate, time_call
 from explorer.model.loader import LoadedModel
 from explorer.model.passes import crop_cache, forward
+from explorer.sweeps._common import token_ids
 
 CAL_BATCHES, CAL_CONTEXTS, CAL_PREFILL = (1, 4), (16, 128), 64  # the passes a fit here times
 
@@ -229,8 +230,7 @@ def one_pass(
     (use_cache=False: the whole `context` tokens with no cache). `cache`: another cache object
     (e.g. a StaticCache) to prefill and crop back after every call; fn: a compiled forward to
     call instead of the model for the timed pass."""
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, lm.info.vocab_size, (batch, context), generator=gen).to(lm.device)
+    ids = token_ids(lm.info, batch, context, lm.device, seed)  # [B, L]
     if not use_cache:
         return lambda: forward(lm.model, ids, None, last_only=True, fn=fn)  # [B, L] every call
     cache = DynamicCache() if cache is None else cache

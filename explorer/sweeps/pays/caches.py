@@ -22,14 +22,14 @@ from __future__ import annotations
 from transformers import StaticCache
 
 from explorer.costs.tricks import (
-    dynamic_cache_copy_bytes,
-    prefix_copy_bytes,
+    kv_copy_bytes,
     prefix_expected_s,
     prefix_speedup,
     ratio,
 )
 from explorer.engine.prefix import PrefixCache
 from explorer.model.passes import forward
+from explorer.sweeps._common import token_ids
 from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
 from explorer.sweeps.pays._why import ms, regime_phrase
@@ -56,7 +56,7 @@ def static_setup(ctx: Context):
         fast = one_pass(lm, 1, 1, length, seed=ctx.seed, cache=static)
         base_s, fast_s = ctx.time_pair(base, fast)
         split = ctx.split(base_s, batch=1, tokens_fed=1, context_len=length)
-        copy = dynamic_cache_copy_bytes(lm.info.kv_bytes_per_token, length - 1)
+        copy = kv_copy_bytes(lm.info.kv_bytes_per_token, length - 1)
         predicted = ratio(
             _calibrated(ctx, 1, length, copy), _calibrated(ctx, 1, cache_len)
         )  # static: attention over every preallocated slot
@@ -78,7 +78,7 @@ class _Prefix:
         lm, self.ctx, self.prefix = ctx.lm, ctx, prefix
         run = one_pass(lm, 1, prefix + SUFFIX, prefix + SUFFIX, seed=ctx.seed)
         self.full = run  # the prefill of prefix + suffix onto an empty cache
-        ids = _ids(lm, prefix + SUFFIX, ctx.seed)  # [1, P + S]
+        ids = token_ids(lm.info, 1, prefix + SUFFIX, lm.device, ctx.seed)  # [1, P + S]
         self.pc = PrefixCache(lm, ids[0, :prefix].tolist())
         rows = [ids[0].tolist()]
 
@@ -94,7 +94,7 @@ class _Prefix:
 
     def predicted(self, h: float) -> float:
         p, total = self.prefix, self.prefix + SUFFIX
-        copy = prefix_copy_bytes(self.ctx.lm.info.kv_bytes_per_token, p)
+        copy = kv_copy_bytes(self.ctx.lm.info.kv_bytes_per_token, p)
         full = _calibrated(self.ctx, total, total)
         return prefix_speedup(full, _calibrated(self.ctx, SUFFIX, total, copy), h)
 
@@ -115,13 +115,6 @@ class _Prefix:
             why,
             MEASURED if h in (0, 1) else MODELLED,
         )
-
-
-def _ids(lm, n: int, seed: int):
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, lm.info.vocab_size, (1, n), generator=gen).to(lm.device)
 
 
 def prefix_setup(ctx: Context):
