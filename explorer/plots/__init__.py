@@ -60,6 +60,7 @@ for _name in (
     "OVERHEAD_CEILING",
     "SINK_SHARE",
     "LOG_AXIS",
+    "LOG_AXIS_WIDE",
 ):
     for _m in _MODULES:
         if hasattr(_m, _name):

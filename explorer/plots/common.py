@@ -80,15 +80,51 @@ def _style_axes(fig: go.Figure) -> None:
     fig.update_yaxes(**_AXIS)
 
 
-# Log axes: ticks at 1, 2 and 5 of each decade (not every digit 2..9 piled up), SI prefixes (k, M, G,
-# T rather than plotly's default "B" for billions).
-LOG_AXIS = dict(dtick="D2", exponentformat="SI")
+# Log axes: labelled ticks at 1, 2 and 5 of each decade written out in full ("20", "500", "2k";
+# plotly's own log ticks label the 2 and 5 of a decade with a lone small digit), or at each decade
+# only where an axis spans more than three decades; SI prefixes (k, M, G, T rather than "B").
+_SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si_label(value: float) -> str:
+    """A tick label: 2000 -> "2k", 5e9 -> "5G", 0.02 -> "0.02"."""
+    for scale, prefix in _SI:
+        if value >= scale:
+            return f"{value / scale:g}{prefix}"
+    return f"{value:g}"
+
+
+def log_axis(*, wide: bool = False) -> dict:
+    """Tick values and labels for a log axis from 1e-6 to 1e15 (plotly draws those in range)."""
+    mantissas = (1,) if wide else (1, 2, 5)
+    values = [m * 10.0**e for e in range(-6, 16) for m in mantissas]
+    return dict(tickvals=values, ticktext=[si_label(v) for v in values], minor=dict(ticks=""))
+
+
+LOG_AXIS = log_axis()
+LOG_AXIS_WIDE = log_axis(wide=True)
+
+
+def _axis_span(fig: go.Figure, axis, letter: str) -> float:
+    """Decades spanned by the positive data drawn on `axis` (0 when it has none yet)."""
+    ref = axis.plotly_name.replace("axis", "")  # "xaxis2" -> "x2"
+    values = []
+    for trace in fig.data:
+        if (getattr(trace, f"{letter}axis", None) or letter) == ref:
+            data = getattr(trace, letter, None)
+            if data is not None:
+                values.extend(v for v in np.asarray(data, dtype=float).ravel() if v > 0)
+    return float(np.log10(max(values) / min(values))) if values else 0.0
 
 
 def log_ticks(fig: go.Figure) -> go.Figure:
-    """The house's log-axis labels on every logarithmic axis of `fig`."""
-    fig.for_each_xaxis(lambda ax: ax.update(LOG_AXIS) if ax.type == "log" else None)
-    fig.for_each_yaxis(lambda ax: ax.update(LOG_AXIS) if ax.type == "log" else None)
+    """The house's log-axis labels on every logarithmic axis of `fig` (decades only past three
+    decades of data)."""
+    for letter in ("x", "y"):
+        for axis in getattr(fig, f"select_{letter}axes")():
+            if axis.type == "log" and axis.tickvals is None:  # keep a chart's own ticks
+                wide = _axis_span(fig, axis, letter) > 3
+                axis.update(LOG_AXIS_WIDE if wide else LOG_AXIS)
     return fig
 
 

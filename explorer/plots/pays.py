@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.plots.common import _house_style, _objs, replace
+from explorer.plots.common import LOG_AXIS, _house_style, _objs, replace
 from explorer.plots.sweeps import REGIME_COLORS, sweep_plot
 
 PAYS_COLOR, COSTS_COLOR = "#2ca02c", "#d62728"
@@ -346,7 +346,7 @@ def pays_chart(df, *, height: int = 440) -> go.Figure:
         ],
     )  # fmt: skip
     if kind == "log":
-        fig.update_xaxes(dtick="D2", exponentformat="SI")
+        fig.update_xaxes(**LOG_AXIS)
     return fig
 
 

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from explorer.engine.trace import Step, Trace
 from explorer.plots.common import (
-    LOG_AXIS,
+    LOG_AXIS_WIDE,
     PHASE_COLORS,
     Columns,
     _arr,
@@ -74,9 +74,9 @@ def roofline_figure(peaks: Any = None, known_chips: Any = None, *, height: int =
                 text="Roofline: modelled FLOPs and bytes over measured latency", font=dict(size=13)
             ),
             xaxis=dict(
-                type="log", title="arithmetic intensity (FLOP / byte, modelled)", **LOG_AXIS
+                type="log", title="arithmetic intensity (FLOP / byte, modelled)", **LOG_AXIS_WIDE
             ),
-            yaxis=dict(type="log", title="achieved FLOP/s", **LOG_AXIS),
+            yaxis=dict(type="log", title="achieved FLOP/s", **LOG_AXIS_WIDE),
             legend=dict(orientation="v", x=1.02, y=1),
         ),
     )

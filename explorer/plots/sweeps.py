@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.plots.common import MB, Columns, _house_style, _objs, replace
+from explorer.plots.common import MB, Columns, _house_style, _objs, log_ticks, replace
 
 _MEASURED, _MODELLED = dict(mode="lines+markers"), dict(mode="lines", line=dict(dash="dot"))
 
@@ -62,12 +62,13 @@ def sweep_figure(name: str, *, height: int = 420) -> go.Figure:
     """The empty chart of one sweep: measured lines solid, modelled (roofline bound) lines dotted."""
     # the legend at the bottom of the figure (container), below the axis titles: placed under
     # the plot area (y=-0.18) it covered them
-    return _house_style(
+    fig = _house_style(
         _plot(name).figure(),
         height=height,
         legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
         margin=dict(l=60, r=20, t=70, b=115),
     )
+    return log_ticks(fig)
 
 
 def sweep_columns(name: str, df) -> Columns:

@@ -55,6 +55,12 @@ def split_title(obj: Any) -> str:
     return " · ".join(bits)
 
 
+# Titles start at the left edge and the plotly toolbar stands down the right side, so a long title
+# never runs under the toolbar's buttons.
+_TITLE = dict(font=dict(size=13), x=0.01, xanchor="left")
+_MODEBAR = dict(orientation="v")
+
+
 def split_figure(obj: Any = None, *, height: int = 220) -> go.Figure:
     """One step's time as a horizontal stacked bar (ms): modelled floors, then the overhead residual
     (measured latency - modelled bound). Without a split: an empty bar with the reason as title."""
@@ -65,12 +71,13 @@ def split_figure(obj: Any = None, *, height: int = 220) -> go.Figure:
             barmode="stack",
             title=dict(
                 text=split_title(obj) if obj is not None else "select a step to see its split",
-                font=dict(size=13),
+                **_TITLE,
             ),
+            modebar=_MODEBAR,
             xaxis=dict(title="ms (floors: modelled at measured peaks; overhead: measured - bound)"),
             yaxis=dict(showticklabels=False, showgrid=False),
             legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
-            margin=dict(l=20, r=20, t=50, b=110),
+            margin=dict(l=20, r=44, t=50, b=110),
         )
     )
     for part, seconds in (stack or {}).items():
@@ -127,11 +134,12 @@ def profile_figure(profile: dict | None = None, *, height: int = 380) -> go.Figu
         ],
         layout=_layout(
             height=height,
-            title=dict(text=title, font=dict(size=13)),
+            title=dict(text=title, **_TITLE),
+            modebar=_MODEBAR,
             xaxis=dict(title="ms"),
             yaxis=dict(autorange="reversed"),
             legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom"),
-            margin=dict(l=140, r=20, t=60, b=90),
+            margin=dict(l=140, r=44, t=60, b=90),
         ),
     )
     return fig

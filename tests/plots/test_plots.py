@@ -501,3 +501,41 @@ def test_lens_and_attention_figures():
         "55% on the first token" in fig.layout.title.text
         and "mean over heads" in fig.layout.title.text
     )
+
+
+def test_log_axes_label_ticks_in_full_and_only_decades_when_wide():
+    import plotly.graph_objects as go
+
+    from explorer.plots.common import log_ticks, si_label
+    from explorer.plots.sweeps import sweep_figure
+
+    assert [si_label(v) for v in (0.02, 5, 20, 2000, 5e9, 1e12)] == [
+        "0.02", "5", "20", "2k", "5G", "1T",
+    ]  # fmt: skip
+    batch = sweep_figure("batch")
+    log_axes = [ax for ax in batch.select_xaxes() if ax.type == "log"]
+    assert log_axes, "the batch sweep draws batch size on a log axis"
+    for ax in log_axes:  # 1-2-5 ticks, each written out ("20", not a lone "2" after "10")
+        labels = dict(zip(ax.tickvals, ax.ticktext))
+        assert labels[20.0] == "20" and labels[500.0] == "500" and labels[2000.0] == "2k"
+    wide = go.Figure(go.Scatter(x=[1, 10, 1e6], y=[1, 2, 3]), layout=dict(xaxis_type="log"))
+    log_ticks(wide)
+    assert 2.0 not in wide.layout.xaxis.tickvals and 1e6 in wide.layout.xaxis.tickvals
+    narrow = go.Figure(go.Scatter(x=[1, 30], y=[1, 2]), layout=dict(xaxis_type="log"))
+    assert 2.0 in log_ticks(narrow).layout.xaxis.tickvals
+
+
+def test_a_chart_with_its_own_log_ticks_keeps_them():
+    from explorer.plots.sweeps import sweep_figure
+
+    pays = sweep_figure("pays")
+    assert any("×" in t for t in pays.layout.yaxis.ticktext)  # speedup ticks, not 1-2-5
+
+
+def test_the_why_charts_keep_their_titles_clear_of_the_toolbar():
+    from explorer.plots.why import profile_figure, split_figure
+
+    for fig in (split_figure(), profile_figure()):
+        assert fig.layout.title.xanchor == "left" and fig.layout.title.x < 0.05
+        assert fig.layout.modebar.orientation == "v"  # the buttons stand down the right edge
+        assert fig.layout.margin.r >= 40  # ... in a margin of their own, off the bars
