@@ -42,6 +42,9 @@ def test_choices_come_from_the_trick_registry_and_bad_values_are_one_message(das
     axes = [a.name for a in pays.get_trick("continuous").axes]
     assert [v for _, v in dash.parts["pays-axis"].options] == axes
     assert dash.parts["pays-axis"].value == axes[0]
+    # the box holds the axis's name, never its (clipped) help: the status line says the help
+    assert [label for label, _ in dash.parts["pays-axis"].options] == axes
+    assert html.escape(pays.get_trick("continuous").axes[0].help) in dash.parts["pays-status"].value
     default = pays.get_trick("continuous").axes[0].default
     assert dash.parts["pays-values"].value == ", ".join(f"{v:g}" for v in default)
     # bad values: one message, nothing started

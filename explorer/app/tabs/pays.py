@@ -98,7 +98,8 @@ class PaysTab(Tab):
     def trick_changed(self) -> None:
         """The trick's axes in the axis box (its first chosen), its help as the status."""
         trick = _tricks().get_trick(self.trick.value)
-        self.axis.options = [(f"{a.name}: {a.help}", a.name) for a in trick.axes]
+        # the names only: an option's help would be clipped by the box; the status line says it
+        self.axis.options = [(a.name, a.name) for a in trick.axes]
         self.axis.value = trick.axes[0].name
         self.axis_changed()
 
@@ -112,7 +113,8 @@ class PaysTab(Tab):
         )
         trick = _tricks().get_trick(self.trick.value)
         self.status.value = html.escape(
-            f"{trick.title}: against {trick.baseline}; each figure times {trick.unit}"
+            f"{trick.title}: against {trick.baseline}; each figure times {trick.unit}. "
+            f"Over {axis.name}: {axis.help}"
         )
 
     def arguments(self) -> dict:
