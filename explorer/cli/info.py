@@ -41,7 +41,8 @@ def _cmd_info(args) -> int:
     )
     info = arch_info(name) if big else load(name, device=args.device, dtype=args.dtype).info
     if args.json:
-        print_json(info.to_dict())
+        extra = {"active_parameters_without_embedding": info.active_parameters_without_embedding}
+        print_json({**info.to_dict(), **(extra if info.is_moe else {})})
         return 0
     facts = info.to_dict()
     w = max(map(len, facts))
@@ -49,6 +50,13 @@ def _cmd_info(args) -> int:
         number = isinstance(value, int) and not isinstance(value, bool)
         print(f"{key:>{w}}  {value:,}" if number else f"{key:>{w}}  {value}")
     print(f"{'kv_bytes_per_token':>{w}}  {info.kv_bytes_per_token:,}")
+    if info.is_moe:
+        card = info.active_parameters_without_embedding
+        print(f"{'active_without_embedding':>{w}}  {card:,}")
+        print(
+            f"(active_parameters counts every weight one token uses, the input embedding included; "
+            f"model cards such as gpt-oss's quote {card / 1e9:.2f}B, without it)"
+        )
     if big:
         print("(shape only: built on the meta device, no memory allocated)")
     return 0

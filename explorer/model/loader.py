@@ -89,6 +89,13 @@ class ModelInfo:
     def is_moe(self) -> bool:
         return bool(self.num_experts)
 
+    @property
+    def active_parameters_without_embedding(self) -> int:
+        """The active count as model cards quote it (gpt-oss-20b's "3.6B active"): without the
+        input embedding, which a token reads one row of (its own) rather than all of."""
+        embedding = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return self.active_parameters - embedding
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -71,6 +71,20 @@ def test_info_json_prints_active_parameters(capsys):
     assert out["num_experts"] == 128
 
 
+def test_info_gives_the_model_cards_active_count_beside_its_own(capsys):
+    """gpt-oss-20b's card says 3.6B active: the count without the input embedding (ours: 4.19B)."""
+    from explorer.cli import main
+
+    assert main(["info", "arch:gpt-oss-20b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert round(out["active_parameters"] / 1e9, 2) == 4.19
+    card = out["active_parameters_without_embedding"]
+    assert out["active_parameters"] - card == out["vocab_size"] * out["hidden_size"]
+    assert round(card / 1e9, 1) == 3.6
+    assert main(["info", "arch:gpt-oss-20b"]) == 0
+    assert "quote 3.61B, without it" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "experts, k, tokens, expected",
     [
