@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import os
 
-from explorer.model.device import available_bytes, dtype_name, resolve_device, resolve_dtype
+from explorer.model.device import resolve_device, resolve_dtype
 from explorer.model.loader import LoadedModel, available_models, load
 
-MEMORY_HEADROOM = 0.8  # refuse to load a model whose weights exceed this share of free memory
 # A rough load rate for the "how long" of a model switch, before this process has timed one:
 # reading and building weights on a small CPU machine (a 0.5B-parameter bf16 model took ~25 s).
 ROUGH_LOAD_BYTES_PER_S = 50e6
@@ -119,18 +118,22 @@ def load_quietly(name: str) -> LoadedModel:
 
 
 def check_fits(name: str) -> None:
-    """Refuse (MemoryError with a clear message) an architecture-only shape that would not fit in memory."""
-    if not name.startswith("arch:"):
-        return
-    from explorer.model.loader import arch_info
+    """Refuse (MemoryError with a clear message) a model whose weights would not fit in memory,
+    before a byte is read: the loader's own checks (explorer.model.loader), in the app's words."""
+    from explorer.model.loader import check_arch_fits, check_pretrained_fits
+    from explorer.model.memory import NotEnoughMemory
 
+    if name.startswith("bundled:"):
+        return
     dev = resolve_device("auto")
-    dtype = dtype_name(resolve_dtype("auto", dev))
-    info = arch_info(name, dtype)  # built on the meta device: no memory allocated
-    free = available_bytes(dev)
-    if free is not None and info.weight_bytes > MEMORY_HEADROOM * free:
+    dtype = resolve_dtype("auto", dev)
+    try:
+        if name.startswith("arch:"):
+            check_arch_fits(name, dev, dtype)
+        else:
+            check_pretrained_fits(name, dev, dtype, trust_remote_code=False)
+    except NotEnoughMemory as err:
         raise MemoryError(
-            f"{name} needs {info.weight_bytes / 1e9:.1f} GB for its {dtype} weights but only "
-            f"{free / 1e9:.1f} GB is free on {dev}: not loaded (out of memory). The current model "
-            "is still loaded; choose a smaller one."
-        )
+            f"{name} not loaded (out of memory): {err}. The current model is still loaded; "
+            "choose a smaller one."
+        ) from None

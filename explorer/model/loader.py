@@ -207,6 +207,25 @@ def check_arch_fits(name: str, device, dtype: torch.dtype) -> None:
         check_fits(need, device, what, _what_fits(name, device, dtype))
 
 
+def check_pretrained_fits(name: str, device, dtype: torch.dtype, trust_remote_code: bool) -> None:
+    """Before a hub or local model's weights are read: they must fit in `dtype` (modelled from its
+    config on the meta device). A config that is not at hand (a hub id not cached, offline) or
+    that transformers cannot build is not checked here: the load itself then says why."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=dtype, trust_remote_code=trust_remote_code
+            )
+    except Exception:  # noqa: BLE001 - no model of its size: the load reports the real problem
+        return
+    unique = {id(p): p for p in model.parameters()}.values()
+    need = sum(p.numel() for p in unique) * dtype.itemsize
+    check_fits(need, device, f"the weights of {name} ({dtype_name(dtype)})")
+
+
 def _what_fits(name: str, device, dtype: torch.dtype) -> str:
     """A smaller dtype of the same shape, else the shapes that fit in this dtype."""
     half = arch_info(name, "bfloat16").weight_bytes
@@ -263,8 +282,10 @@ def _load_pretrained(
                 f"{local} exists but has no config.json: it is not a folder saved with "
                 "save_pretrained()"
             )
+        check_pretrained_fits(str(local), dev, dt, trust_remote_code)
         model, tok = _from_pretrained(str(local), dev, dt, trust_remote_code)
         return _finish(model, tok, name, "local", random_weights=False)
+    check_pretrained_fits(name, dev, dt, trust_remote_code)
     try:
         model, tok = _from_pretrained(name, dev, dt, trust_remote_code)
     except (OSError, ValueError) as err:

@@ -119,3 +119,30 @@ def test_folder_without_config_is_explained(tmp_path):
 def test_bad_dtype_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown dtype"):
         load("arch:gpt2", dtype="float8")
+
+
+def test_a_local_model_too_big_for_memory_is_refused_before_its_weights_are_read(
+    tmp_path, monkeypatch
+):
+    """A folder with a config and no weights: the refusal comes from the config alone (a load
+    that read on would fail on the missing files instead)."""
+    from explorer.app import models as app_models
+    from explorer.model import device as device_module
+    from explorer.model.memory import NotEnoughMemory
+
+    config = json.loads((ARCH_DIR / "gpt2.json").read_text())
+    config.pop("_explorer", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(device_module, "available_bytes", lambda device: 50 * 2**20)
+    with pytest.raises(NotEnoughMemory) as err:
+        load(str(tmp_path))
+    need = arch_info("arch:gpt2").weight_bytes
+    assert f"the weights of {tmp_path} (float32)" in str(err.value)
+    assert f"{need / 2**20:.0f} MiB needed (modelled)" in str(err.value)
+    assert "50 MiB available" in str(err.value)
+    with pytest.raises(MemoryError, match="still loaded; choose a smaller one"):
+        app_models.check_fits(str(tmp_path))  # the dashboard says it in its own words
+    monkeypatch.setattr(device_module, "available_bytes", lambda device: 64 * 2**30)
+    with pytest.raises((OSError, ValueError)) as err:  # room enough: on to the missing weights
+        load(str(tmp_path))
+    assert not isinstance(err.value, NotEnoughMemory)
