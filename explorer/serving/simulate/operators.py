@@ -484,3 +484,42 @@ def uncounted_share(rows: list[OperatorRow], small: int = SMALL, large: int = LA
         | {"small": small, "large": large}
         for c, d in out.items()
     }
+
+
+MATMULS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
+
+
+def implied(rows: list[OperatorRow]) -> dict:
+    """Per chip, what the measurements imply for each term of the rule (medians): matmuls'
+    fraction of peak FLOP/s at >= LARGE tokens and of peak bandwidth at <= SMALL; elementwise
+    operators' fraction of peak bandwidth at >= LARGE and their time at <= SMALL (a floor); an
+    all-reduce's time at <= 256 KiB (its latency) and its bus GB/s at the largest size."""
+    out: dict[str, dict] = {}
+    for chip in sorted({r.chip for r in rows}):
+        mine = [r for r in rows if r.chip == chip]
+        mm = [r for r in mine if r.op_class in MATMULS]
+        ew = [r for r in mine if r.op_class not in (*MATMULS, "all_reduce")]
+        ar = [r for r in mine if r.op_class == "all_reduce"]
+        biggest = max((r.bytes for r in ar), default=0)
+        out[chip] = {
+            "matmul_flop_frac_large": _median(
+                [r.compute_floor_ms / r.measured_ms for r in mm if _size(r) == "large"]
+            ),
+            "matmul_bw_frac_small": _median(
+                [r.memory_floor_ms / r.measured_ms for r in mm if _size(r) == "small"]
+            ),
+            "elementwise_bw_frac_large": _median(
+                [r.memory_floor_ms / r.measured_ms for r in ew if _size(r) == "large"]
+            ),
+            "elementwise_small_ms": _median([r.measured_ms for r in ew if _size(r) == "small"]),
+            "interconnect_gbps": chip_named(chip).interconnect_gbps,
+            "allreduce_small_ms": _median([r.measured_ms for r in ar if _size(r) == "small"]),
+            "allreduce_bus_gbps_largest": _median(
+                [
+                    r.memory_floor_ms / r.measured_ms * machine(chip, r.tp).interconnect_gbps
+                    for r in ar
+                    if r.bytes == biggest
+                ]
+            ),
+        }
+    return out

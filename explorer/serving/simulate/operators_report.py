@@ -15,6 +15,7 @@ from explorer.serving.simulate.operators import (
     COMPUTE,
     DATA,
     MISS,
+    implied,
     operator_rows,
     summarize,
     uncounted_share,
@@ -39,6 +40,7 @@ def report(path: Path | str | None = None) -> dict:
         "attention": "not compared: Vidur's attention profiles are absent from the snapshot",
         "summary": [s.to_dict() for s in summarize(rows)],
         "uncounted": uncounted_share(rows),
+        "implied": implied(rows),
         "rows": [r.to_dict() for r in rows],
     }
 
@@ -54,6 +56,7 @@ def format_report(rep: dict, tokens=SHOWN_TOKENS) -> str:
         "",
         *_summary_table(rep["summary"], rep["miss_pct"]),
         "",
+        *_implied_lines(rep["implied"], rep["settings"]),
         *_uncounted_lines(rep["uncounted"]),
         rep["attention"],
     ]
@@ -120,3 +123,29 @@ def _uncounted_lines(uncounted: dict) -> list[str]:
             "(median over models and TP; attention not included)"
         )
     return out
+
+
+def _implied_lines(imp: dict, settings: dict) -> list[str]:
+    from explorer.serving.simulate.whatif import DEFAULTS
+
+    bw, fl = settings["bw_efficiency"], settings["flop_efficiency"]
+    out = ["what the measurements imply for each term of the rule (medians; the rule's own value):"]
+    for chip, m in imp.items():
+        out.append(
+            f"  {chip}: matmuls at >= 1024 tokens {_frac(m['matmul_flop_frac_large'])} of peak "
+            f"FLOP/s ({fl:.0%}); at <= 16 tokens {_frac(m['matmul_bw_frac_small'])} of peak "
+            f"bandwidth ({bw:.0%}); elementwise at >= 1024 tokens "
+            f"{_frac(m['elementwise_bw_frac_large'])} ({bw:.0%}), at <= 16 tokens "
+            f"{_us(m['elementwise_small_ms'])} each (no floor); all-reduce <= 256 KiB "
+            f"{_us(m['allreduce_small_ms'])} ({DEFAULTS['allreduce_latency_s'] * 1e6:.0f} us), "
+            f"bus {_gbps(m['allreduce_bus_gbps_largest'])} at 64 MiB ({_gbps(m['interconnect_gbps'])})"
+        )
+    return out
+
+
+def _us(ms) -> str:
+    return "-" if ms is None else f"{ms * 1e3:.0f} us"
+
+
+def _gbps(x) -> str:
+    return "-" if x is None else f"{x:.0f} GB/s"

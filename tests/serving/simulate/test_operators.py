@@ -222,3 +222,16 @@ def test_cli_prints_the_table_and_summary(capsys):
     for cls in ("qkv_proj", "mlp_down", "all_reduce"):
         assert f"  {cls}" in out
     assert main(["bench", "simulate", "--operators", "--published"]) == 2
+
+
+def test_implied_terms_read_the_right_rows():
+    rows = [
+        _row("mlp_up", "H100 SXM", 2.0, 1.0, bound="compute", tokens=4096),  # flop frac 0.5
+        _row("mlp_up", "H100 SXM", 2.0, 2.0, tokens=1),  # bw frac 0.5
+        _row("add", "H100 SXM", 0.1, 0.004, tokens=1),
+        _row("add", "H100 SXM", 1.0, 1.0, tokens=2048),  # bw frac 0.5
+    ]
+    m = ops.implied(rows)["H100 SXM"]
+    assert m["matmul_flop_frac_large"] == 0.5 and m["matmul_bw_frac_small"] == 0.5
+    assert m["elementwise_bw_frac_large"] == 0.5 and m["elementwise_small_ms"] == 0.004
+    assert m["allreduce_small_ms"] is None and m["interconnect_gbps"] == 450
