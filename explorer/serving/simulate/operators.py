@@ -153,7 +153,8 @@ def arch_for(shape: LayerShape, vocab: int, where: str) -> str:
     if not found:
         raise ValueError(
             f"operator file {where}: its shape ({shape.describe()}) matches no known model; "
-            "known dense shapes: " + ", ".join(n for v in known_shapes().values() for n, _ in v)
+            "shapes it can match (dense, head_dim = hidden / heads): "
+            + ", ".join(n for v in known_shapes().values() for n, _ in v)
         )
     same = [n for n, v in found if v == vocab]
     return (same or [found[0][0]])[0]

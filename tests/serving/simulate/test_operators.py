@@ -235,3 +235,11 @@ def test_implied_terms_read_the_right_rows():
     assert m["matmul_flop_frac_large"] == 0.5 and m["matmul_bw_frac_small"] == 0.5
     assert m["elementwise_bw_frac_large"] == 0.5 and m["elementwise_small_ms"] == 0.004
     assert m["allreduce_small_ms"] is None and m["interconnect_gbps"] == 450
+
+
+def test_rows_under_the_dram_floor_are_counted():
+    from explorer.serving.simulate.operators_report import under_floor
+
+    rows = [_row("add", "A", 1.0, 0.4), _row("add", "A", 1.0, 0.6), _row("norm", "A", 1.0, 2.0)]
+    (u,) = under_floor(rows)  # memory floor 0.5: the first is 20% under it, the others are not
+    assert (u["op_class"], u["rows"]) == ("add", 1) and u["most_under_pct"] == pytest.approx(20)
