@@ -2,7 +2,8 @@
 against the median times Vidur measured on A100s and H100s (assets/published/vidur-operators/).
 
 Vidur (microsoft/vidur, MIT) timed each operator of one transformer layer in fp16, alone, by
-token count (1 to 32,768) and tensor-parallel size (1-8), with CUDA events: embedding, the two
+token count (1 to 32,768) and tensor-parallel size (1-8), GPU kernel times from the PyTorch
+profiler (its default record_function method; 20 steps after 2 warm-up, median): embedding, the two
 RMS norms, the fused q/k/v projection, RoPE, the o-projection, the MLP's fused up+gate, its SiLU
 x mul, its down projection and the residual add; and NCCL all-reduces inside one DGX box. We keep
 the rows whose shape (heads, KV heads, hidden, MLP width, gated MLP) is one of our architectures.
@@ -24,7 +25,9 @@ bytes over t GPUs is the what-if's own all-reduce: 2 (t-1)/t x B / interconnect 
 A miss over 20% names its term: "launch floor" where the predicted time is below the smallest
 time any operator of its class took on that chip (a fixed cost per kernel the rule does not
 have), else "sustained bandwidth" where the memory term binds, "achieved FLOP/s" where the
-compute term binds (with the fraction of peak the measurement implies).
+compute term binds (with the fraction of peak the measurement implies); an all-reduce's miss is
+"all-reduce latency" where the rule's fixed latency outweighs its link time, else "interconnect
+bandwidth". Attention is not compared: Vidur's attention profiles are not in the snapshot read.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class OperatorRow:
     chip: str
     model: str  # Vidur's profiled model (or the DGX box for an all-reduce)
     arch: str  # our architecture with that layer shape ("" for an all-reduce)
-    tokens: int  # tokens (an all-reduce: its size in bytes / (2 x hidden of 4096) is not used)
+    tokens: int  # tokens fed (an all-reduce: 0; its size is `bytes`)
     tp: int
     bytes: float
     flops: float
@@ -105,9 +108,7 @@ class OperatorRow:
     memory_floor_ms: float  # bytes at peak bandwidth (an all-reduce: at the interconnect's)
     compute_floor_ms: float  # FLOPs at peak FLOP/s
     whatif_ms: float  # the chip rule on the bytes the what-if's iteration sum counts
-    bound: str = (
-        ""  # the chip rule's binding term: memory | compute (all-reduce: interconnect | latency)
-    )
+    bound: str = ""  # the rule's binding term: memory, compute (all-reduce: interconnect, latency)
     blame: str = ""  # filled by blame(): "" within MISS
 
     @property
