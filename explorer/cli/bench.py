@@ -417,6 +417,39 @@ def _cmd_bench_prefix(args) -> int:
     return 0
 
 
+def _add_bench_simulate(bench) -> None:
+    """`bench simulate`: the simulate command's flags, plus --operators."""
+    add_simulate(bench, "simulate")
+    p = bench.choices["simulate"]
+    p.add_argument(
+        "--operators",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="the what-if's chip rule per operator vs Vidur's measured A100/H100 times "
+        "(assets/published/vidur-operators; FILE: one operator file of ours or Vidur's mlp.csv)",
+    )
+    run = p.get_default("func")
+    p.set_defaults(
+        func=lambda args: _cmd_bench_operators(args) if args.operators is not None else run(args)
+    )
+
+
+def _cmd_bench_operators(args) -> int:
+    from explorer.serving.simulate.operators_report import format_report, report
+
+    other = [f"--{f}" for f in ("published", "validate", "capacity") if getattr(args, f)]
+    if other:
+        raise ValueError(f"--operators runs on its own: drop {', '.join(other)}")
+    rep = report(args.operators or None)
+    if args.json:
+        print_json(rep)
+    else:
+        print(format_report(rep))
+    return 0
+
+
 BENCH_COMMANDS = [
     _add_bench_overhead,
     _add_bench_hooks,
@@ -425,5 +458,5 @@ BENCH_COMMANDS = [
     _add_bench_prefix,
     add_bench_serving,
     _add_bench_calibrate,
-    lambda bench: add_simulate(bench, "simulate"),
+    lambda bench: _add_bench_simulate(bench),
 ]

@@ -17,6 +17,7 @@ PUBLISHED = {
     "qwen2.5-0.5b": 494.0e6,
     "llama-3.2-1b": 1235.8e6,
     "llama-3.1-8b": 8030.3e6,
+    "llama-2-7b": 6738.4e6,  # model card: 6.74B (Vidur's operator profiles use this shape)
     "llama-3.1-70b": 70.6e9,  # model card: 70.6B
     "mistral-7b": 7248.0e6,
     "qwen3-8b": 8.2e9,  # model cards: 8.2B, 14.8B, 32.8B
