@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from explorer.cli.common import print_json, whole, writable
+from explorer.cli.common import add_threads_flag, print_json, set_threads, whole, writable
 from explorer.cli.simulate import add_simulate
 
 ORDER = 40
@@ -32,12 +32,7 @@ def _add_bench_overhead(bench) -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=whole(1), default=5)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads for torch (default: torch's choice); 1 is steadier on a shared machine",
-    )
+    add_threads_flag(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -48,12 +43,7 @@ def _cmd_bench_overhead(args) -> int:
     from explorer.bench.overhead import overhead_benchmark
     from explorer.model.loader import load
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     lm = load(args.model, device=args.device, dtype=args.dtype)
     ids = lm.tokenizer(args.prompt)["input_ids"] if lm.tokenizer is not None else list(range(1, 9))
     out = overhead_benchmark(

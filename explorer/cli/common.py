@@ -29,6 +29,24 @@ def whole(low: int = 1):
     return parse
 
 
+def add_threads_flag(p: argparse.ArgumentParser) -> None:
+    """--threads N: torch's CPU threads for the run (applied by set_threads)."""
+    p.add_argument(
+        "--threads",
+        type=whole(1),
+        default=None,
+        help="CPU threads for torch (default: torch's choice); 1 is steadier on a shared machine",
+    )
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's CPU threads from --threads (None: leave torch's choice)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def writable(path: str | None, flag: str) -> None:
     """Checked before anything is measured: the folder of an output file exists and is writable."""
     if not path:

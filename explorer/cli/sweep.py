@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from explorer.cli.common import print_json, writable
+from explorer.cli.common import add_threads_flag, print_json, set_threads, writable
 
 ORDER = 60
 
@@ -20,6 +20,7 @@ def add(sub) -> None:
         q.add_argument("--model", default="bundled:target")
         q.add_argument("--device", default="auto")
         q.add_argument("--dtype", default="auto")
+        add_threads_flag(q)
         for param in sweep.params:
             q.add_argument(
                 param.cli_flag,
@@ -52,6 +53,7 @@ def run(args) -> int:
     }
     kwargs = sweep.arguments(texts, name_of=lambda p: p.cli_flag)  # before loading: fails fast
     writable(args.csv, "--csv")
+    set_threads(args.threads)
     lm = load(args.model, device=args.device, dtype=args.dtype)
     df = sweep.run(lm, **kwargs)
     if args.csv:

@@ -280,3 +280,22 @@ def test_cli_sweep_writes_table_and_notes(tmp_path, capsys):
     assert attrs["sweep"] == "batch" and attrs["notes"] == []
     assert main(["sweep", "cache", "--model", "arch:smollm2-135m", "--batches", "1,2"]) == 2
     assert "unrecognized arguments: --batches" in capsys.readouterr().err
+
+
+def test_a_sweeps_threads_flag_sets_torchs_threads_and_refuses_zero(monkeypatch, capsys):
+    from explorer import ModelNotFoundError
+    from explorer.cli import main
+    from explorer.model import loader
+
+    assert main(["sweep", "batch", "--threads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--threads" in err and "whole number >= 1" in err
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+
+    def no_model(*args, **kwargs):
+        raise ModelNotFoundError("no model here")
+
+    monkeypatch.setattr(loader, "load", no_model)  # stops the run right after the threads are set
+    assert main(["sweep", "batch", "--threads", "1", "--batches", "1"]) == 2
+    assert seen == [1]
