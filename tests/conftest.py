@@ -55,10 +55,13 @@ def tiny_arch():
 # With --dist loadfile each test file is one unit of work (its module fixtures, a server or a page,
 # start once), except here: each notebook's run is a unit of its own. In one file the eleven runs
 # took ~320 s on one worker, longer than the whole rest of the suite's share. Units go out longest
-# first (the files in RUN_FIRST, then the notebooks from the last, heavier ones), so no long unit
-# starts last. (xdist's own --dist loadgroup cannot do this under pytest 9: its group suffix is lost.)
+# first (the files in RUN_FIRST, then the notebooks, slowest first), so no long unit starts last.
+# (xdist's own --dist loadgroup cannot do this under pytest 9: its group suffix is lost.)
 RUN_FIRST = ("tests/test_browser.py", "tests/test_jupyterlab.py")
 NOTEBOOK_RUN = "tests/test_notebooks.py::test_notebook_runs_and_teaches["
+# Seconds each notebook's run took in a fresh clone's `make test` (2 workers, 2 cores): the order
+# they go out in. A notebook not listed goes after these, higher numbers first.
+NOTEBOOK_SECONDS = {"10": 51, "11": 49, "08": 31, "14": 22, "13": 19.7, "12": 17.9}
 
 
 def _unit(nodeid: str) -> str:
@@ -72,7 +75,9 @@ def _rank(unit: str) -> float:
         return RUN_FIRST.index(unit)
     if unit.startswith(NOTEBOOK_RUN):
         number = unit[len(NOTEBOOK_RUN) :][:2]
-        return len(RUN_FIRST) + 100 - (int(number) if number.isdigit() else 0)
+        if number in NOTEBOOK_SECONDS:
+            return len(RUN_FIRST) + 100 - NOTEBOOK_SECONDS[number]
+        return len(RUN_FIRST) + 200 - (int(number) if number.isdigit() else 0)
     return 1000
 
 

@@ -10,7 +10,8 @@ import pytest
 from explorer import Sampling, sweeps
 from explorer.engine.settings import SessionOptions, specs
 
-PKG = Path(__file__).resolve().parent.parent / "explorer"
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "explorer"
 
 
 UI = {"ipywidgets", "plotly", "IPython", "anywidget"}
@@ -22,8 +23,41 @@ LOWER_ROOMS = [
         p.name for p in PKG.iterdir() if (p / "__init__.py").is_file() and p.name not in UPPER_ROOMS
     ),
 ]
-MAX_MODULE_LINES = 700
-MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+# Over the fences today, each with its size now: an entry may only shrink. A new module or function
+# over a fence fails, so does one of these growing, and so does an entry left here once its module
+# or function is back inside the fence (delete the line: the fence then holds it).
+KNOWN_LONG_MODULES = {
+    "explorer/app/dashboard.py": 699,
+    "explorer/costs/parts.py": 689,
+    "explorer/engine/session.py": 640,
+    "explorer/engine/speculative.py": 657,
+}
+KNOWN_LONG_FUNCTIONS = {
+    "explorer/app/tabs/capacity.py:CapacityTab.__init__": 79,
+    "explorer/app/tabs/why.py:WhyTab.__init__": 61,
+    "explorer/app/voila/kernel_pool.py:kernel_manager_class": 70,
+    "explorer/bench/overhead.py:overhead_benchmark": 66,
+    "explorer/bench/speculative.py:lookup_benchmark": 67,
+    "explorer/cli/generate.py:_cmd_speculate": 63,
+    "explorer/cli/simulate.py:add_simulate": 80,
+    "explorer/costs/trust.py:trust": 67,
+    "explorer/engine/recording.py:StepRecorder._record": 65,
+    "explorer/engine/sampling.py:step_statistics": 68,
+    "explorer/engine/speculative.py:SpeculativeSession.__init__": 68,
+    "explorer/plots/distribution.py:distribution_traces": 63,
+    "explorer/plots/inside.py:lens_figure": 64,
+    "explorer/plots/serving.py:gantt_figure": 67,
+    "explorer/plots/traffic.py:traffic_figure": 70,
+    "explorer/sweeps/dtypes.py:run": 67,
+    "explorer/sweeps/ladder.py:run": 65,
+    "explorer/sweeps/ladder.py:_Ladder._session_rung": 75,
+    "explorer/sweeps/pays/serving.py:setup_continuous": 63,
+    "explorer/sweeps/serving.py:run": 78,
+    "scripts/bench_browser.py:main": 78,
+    "scripts/bench_load.py:session": 66,
+}
 
 
 def _imports(source: str) -> set[str]:
@@ -57,15 +91,38 @@ def _long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[
 
 
 def _modules() -> list[Path]:
-    return sorted(PKG.rglob("*.py"))
+    """Every module the fences hold: the package and the scripts."""
+    return sorted([*PKG.rglob("*.py"), *(ROOT / "scripts").rglob("*.py")])
+
+
+def _fence_breaches(sizes: dict[str, int], known: dict[str, int], limit: int) -> list[str]:
+    """What is wrong with `sizes` (name -> lines, only those over `limit`) against the known
+    exceptions: a new one over the fence, a known one grown, a known one back inside (stale)."""
+    wrong = []
+    for name, n in sorted(sizes.items()):
+        if name not in known:
+            wrong.append(f"{name}: {n} lines, over the fence of {limit} (new: split it by idea)")
+        elif n > known[name]:
+            wrong.append(
+                f"{name}: grew from {known[name]} to {n} lines (a known one may only shrink)"
+            )
+    for name in sorted(set(known) - set(sizes)):
+        wrong.append(
+            f"{name}: now inside the fence of {limit}: delete its entry from the known list"
+        )
+    return wrong
 
 
 def test_the_checks_see_what_they_look_for():
     lazy = "def f():\n    import plotly.graph_objects as go\n    from IPython import display\n"
     assert _imports(lazy) == {"plotly", "IPython"}
     line = "        x = 1\n"
-    assert _long_functions("def fits():\n" + line * 79) == []  # 80 lines: at the limit
-    assert _long_functions("class C:\n    def long(self):\n" + line * 80) == [("C.long", 81)]
+    assert _long_functions("def fits():\n" + line * 59) == []  # 60 lines: at the limit
+    assert _long_functions("class C:\n    def long(self):\n" + line * 60) == [("C.long", 61)]
+    known = {"a.py": 700, "b.py": 650}
+    assert _fence_breaches({"a.py": 700, "b.py": 640}, known, 600) == []  # shrank: fine
+    grew, new, stale = _fence_breaches({"a.py": 701, "c.py": 601}, known, 600)
+    assert "a.py: grew from 700 to 701" in grew and "c.py: 601 lines" in new and "b.py" in stale
     assert {"model", "engine", "costs", "inside", "serving", "sweeps"} <= set(LOWER_ROOMS)
 
 
@@ -80,22 +137,22 @@ def test_lower_rooms_import_no_ui(room):
 
 def test_no_module_is_over_the_house_size():
     over = {
-        str(p.relative_to(PKG)): n
+        str(p.relative_to(ROOT)): n
         for p in _modules()
         if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
-    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by idea): {over}"
+    wrong = _fence_breaches(over, KNOWN_LONG_MODULES, MAX_MODULE_LINES)
+    assert not wrong, "modules (one idea each):\n" + "\n".join(wrong)
 
 
 def test_no_function_is_over_the_house_size():
     over = {
-        f"{p.relative_to(PKG)}:{name}": n
+        f"{p.relative_to(ROOT)}:{name}": n
         for p in _modules()
         for name, n in _long_functions(p.read_text())
     }
-    assert not over, (
-        f"functions over {MAX_FUNCTION_LINES} lines (a builder and a short wiring function): {over}"
-    )
+    wrong = _fence_breaches(over, KNOWN_LONG_FUNCTIONS, MAX_FUNCTION_LINES)
+    assert not wrong, "functions (a builder and a short wiring function):\n" + "\n".join(wrong)
 
 
 def test_only_app_imports_ipywidgets():

@@ -34,6 +34,14 @@ RUN_ALL_JS = """async () => {
   window.jupyterapp.commands.execute('notebook:run-all-cells');
   return true;
 }"""
+LAB_LOADED_JS = (
+    "() => !!(window.jupyterapp && window.jupyterapp.shell && window.jupyterapp.commands)"
+)
+# JupyterLab's own command, as File > Open does it: the notebook opens in a new tab and is made current.
+OPEN_JS = """async (name) => {
+  await window.jupyterapp.commands.execute('docmanager:open', { path: name });
+  return true;
+}"""
 NOTEBOOK_OPEN_JS = """(name) => {
   const app = window.jupyterapp;
   const w = app && app.shell && app.shell.currentWidget;
@@ -172,8 +180,10 @@ def lab_browser(lab):
             browser.close()
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def lab_page(lab_browser):
+    """One JupyterLab page for the module's tests: JupyterLab loads once (its start-up in the
+    browser is most of a test's time on a busy CPU), and each test opens its notebook in it."""
     context = lab_browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     errors: list[str] = []
@@ -186,9 +196,28 @@ def lab_page(lab_browser):
 
 
 def _open_and_run_all(page, lab, name: str) -> None:
-    page.goto(lab.open_url(name), wait_until="domcontentloaded", timeout=120_000)
+    """Open notebook `name` (in the JupyterLab already loaded in `page`, else by its URL) and start
+    Run All in it."""
+    if page.evaluate(LAB_LOADED_JS):
+        page.evaluate(OPEN_JS, name)
+    else:
+        page.goto(lab.open_url(name), wait_until="domcontentloaded", timeout=120_000)
     page.wait_for_function(NOTEBOOK_OPEN_JS, arg=name, timeout=120_000)
     page.evaluate(RUN_ALL_JS)
+
+
+def _wait_or_say_why(page, lab, selector: str, timeout_ms: int) -> None:
+    """Wait for `selector`; when it never shows, fail with what the notebook and the page said."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_selector(selector, timeout=timeout_ms)
+    except PlaywrightTimeout:
+        raise AssertionError(
+            f"{selector} did not show in {timeout_ms / 1000:.0f} s; cell errors "
+            f"{page.evaluate(ERRORS_JS)}; output {page.evaluate(STDOUT_JS)[-1500:]!r}; page errors "
+            f"{page.errors}; JupyterLab's log ends {lab.log()[-1500:]!r}"
+        ) from None
 
 
 def test_dashboard_in_a_notebook_cell_steps(lab, lab_page):
@@ -196,7 +225,7 @@ def test_dashboard_in_a_notebook_cell_steps(lab, lab_page):
     page = lab_page
     t0 = time.perf_counter()
     _open_and_run_all(page, lab, "dashboard_cell.ipynb")
-    page.wait_for_selector(bs.STEP_READY, timeout=240_000)
+    _wait_or_say_why(page, lab, bs.STEP_READY, timeout_ms=240_000)
     shown_s = time.perf_counter() - t0
     before_strip, before_dist = bs.strip_text(page), bs.dist_signature(page)
     page.click(bs.STEP_READY)

@@ -19,7 +19,8 @@ serving lab's result keys; goodput is vLLM's (requests meeting every SLO per sec
     within PRECISION of each other, starting from the modelled capacity (the step model's
     saturation rate, explorer.serving.simulate.run.saturation_rate): half of it and 1.25 x it.
 
-So the answer does not depend on num_prompts (tests/test_simulate.py checks 1x, 2x and 10x).
+So the answer does not depend on num_prompts (tests/serving/simulate/test_simulate.py checks 1x,
+2x and 10x).
 All of it is modelled: the answer carries the what-if's assumptions.
 """
 
