@@ -165,3 +165,58 @@ def test_the_readme_library_in_one_screen_runs(tmp_path, monkeypatch):
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README's example
     assert (tmp_path / "run.json").exists() and len(scope["s"].steps) == 3
+
+
+# --- one home for each idea (DESIGN.md habit 15) ---------------------------------------------
+
+
+def _registries() -> dict[str, object]:
+    from explorer import cli, plots
+    from explorer.app import tabs
+    from explorer.serving import engines, scenarios
+    from explorer.serving.simulate import policy
+    from explorer.sweeps import pays
+
+    return {
+        "sweeps": sweeps.SWEEPS,
+        "tricks": pays.TRICKS,
+        "scenarios": scenarios.SCENARIOS,
+        "engines": engines.ENGINES,
+        "policies": policy.POLICIES,
+        "tabs": tabs.TABS,
+        "commands": cli.COMMANDS,
+        "sweep charts": plots.sweeps.SWEEP_PLOTS,
+    }
+
+
+def test_every_registry_is_the_one_registry_class():
+    from explorer._registry import Registry
+    from explorer.app import tabs
+    from explorer.cli import build_parser
+
+    tabs.registered(), build_parser()  # tabs and commands register on discovery
+    for kind, registry in _registries().items():
+        assert isinstance(registry, Registry), f"the {kind} registry is a {type(registry)}"
+        assert len(registry) > 0, f"nothing registered as {kind}"
+
+
+def test_the_discovery_loop_is_written_once():
+    """Only explorer/_registry.py walks a package's modules (pkgutil.iter_modules)."""
+    walkers = [
+        str(p.relative_to(PKG))
+        for p in _modules()
+        if "pkgutil" in _imports(p.read_text()) and p.name != "_registry.py"
+    ]
+    assert not walkers, f"modules with their own discovery loop (use Registry.discover): {walkers}"
+
+
+def test_a_registry_refuses_a_second_item_of_the_same_name_and_lists_its_names():
+    from explorer._registry import Registry
+
+    reg = Registry("colour")
+    reg.add("red", 1), reg.add("blue", 2), reg.add("red", 1)
+    assert reg.names() == ["blue", "red"] and reg.get("blue") == 2
+    with pytest.raises(ValueError, match="two colours are named 'red'"):
+        reg.add("red", 3)
+    with pytest.raises(ValueError, match=r"^unknown colour 'green'; the colours are blue, red$"):
+        reg.get("green")

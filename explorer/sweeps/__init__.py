@@ -13,12 +13,11 @@ notebooks all read this registry; none of them names a sweep's arguments itself.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from explorer._registry import Registry
 from explorer.sweeps._common import COLUMNS, StopSweep, interrupted, measure_points  # noqa: F401
 
 
@@ -140,33 +139,22 @@ class Sweep:
         return out
 
 
-_REGISTRY: dict[str, Sweep] = {}
+SWEEPS: Registry[Sweep] = Registry("sweep", same=lambda s: s.run)
 
 
 def register(sweep: Sweep) -> Sweep:
-    if sweep.name in _REGISTRY and _REGISTRY[sweep.name].run is not sweep.run:
-        raise ValueError(f"two sweeps are named {sweep.name!r}")
     unknown = [c for c in sweep.columns if c not in COLUMNS]
     if unknown:
         raise ValueError(f"sweep {sweep.name}: columns without a description in COLUMNS: {unknown}")
-    _REGISTRY[sweep.name] = sweep
-    return sweep
-
-
-def _discover() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
+    return SWEEPS.add(sweep.name, sweep)
 
 
 def names() -> list[str]:
-    return [s.name for s in sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))]
+    return SWEEPS.names()
 
 
 def get(name: str) -> Sweep:
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown sweep {name!r}; the sweeps are {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]
+    return SWEEPS.get(name)
 
 
 def run(name: str, lm, **kwargs):
@@ -174,4 +162,4 @@ def run(name: str, lm, **kwargs):
     return get(name).run(lm, **kwargs)
 
 
-_discover()
+SWEEPS.discover(__name__)

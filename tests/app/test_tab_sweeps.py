@@ -64,7 +64,7 @@ def test_a_sweep_that_fails_halfway_keeps_the_chart(dash, monkeypatch):
         raise RuntimeError("the sweep broke halfway")
 
     monkeypatch.setitem(
-        sweeps._REGISTRY, "cache", dataclasses.replace(sweeps.get("cache"), run=broken)
+        sweeps.SWEEPS.entries, "cache", dataclasses.replace(sweeps.get("cache"), run=broken)
     )
     dash.parts["sweep-cache-run"].click()
     dash.wait(60)

@@ -87,7 +87,7 @@ def fake_trick():
         Trick("fake", "a fake", "nothing", (Axis("n", "ints", (1, 8), "n", high=16),), setup)
     )
     yield trick
-    pays._TRICKS.pop("fake")
+    pays.TRICKS.remove("fake")
 
 
 def test_a_registered_trick_runs_as_the_sweep(target, fake_trick):

@@ -45,19 +45,20 @@ reads it to offer a scenario only for an engine that has them.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from explorer._registry import Registry
 from explorer.serving import engines
 from explorer.serving.run import RunInterrupted, ServingResult
 from explorer.serving.scenarios._context import Context, Plan, check_memory_budget, run_dict
 
-_SCENARIOS: dict[str, Scenario] = {}
+SCENARIOS: Registry[Scenario] = Registry(
+    "scenario", same=lambda sc: (type(sc).__module__, type(sc).__qualname__)
+)
 SCALES = ("small", "default")  # the measured presets (modelled: the scenario's GPU-scale one)
 
 
@@ -159,19 +160,17 @@ class ScenarioInterrupted(KeyboardInterrupt):
 
 def register(cls: type[Scenario]) -> type[Scenario]:
     """Class decorator: the scenario cls.name."""
-    _SCENARIOS[cls.name] = cls()
+    SCENARIOS.add(cls.name, cls())
     return cls
 
 
 def names() -> tuple[str, ...]:
     """The registered scenarios, in their order."""
-    return tuple(s.name for s in sorted(_SCENARIOS.values(), key=lambda s: s.order))
+    return tuple(SCENARIOS.names())
 
 
 def get(name: str) -> Scenario:
-    if name not in _SCENARIOS:
-        raise ValueError(f"unknown scenario {name!r}; the scenarios are {', '.join(names())}")
-    return _SCENARIOS[name]
+    return SCENARIOS.get(name)
 
 
 def catalog() -> list[dict]:
@@ -330,13 +329,6 @@ def _partial(sc: Scenario, ctx: Context, broken, fixed) -> ScenarioResult:
     )
 
 
-def _discover() -> None:
-    """Import every scenario module of this package (each registers itself)."""
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-
-
 __all__ = [
     "Context",
     "Plan",
@@ -357,4 +349,4 @@ __all__ = [
     "SCALES",
 ]
 
-_discover()
+SCENARIOS.discover(__name__)

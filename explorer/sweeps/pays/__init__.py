@@ -42,8 +42,6 @@ parsed and sorted (names keep their order).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +49,7 @@ from typing import Any
 
 import pandas as pd
 
+from explorer._registry import Registry
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import COLUMNS as GLOSSARY
 from explorer.sweeps._common import Bar, Progress, attrs, frame, measure_points
@@ -179,26 +178,21 @@ class Trick:
         )
 
 
-_TRICKS: dict[str, Trick] = {}
+TRICKS: Registry[Trick] = Registry("trick", same=lambda t: t.setup)
 
 
 def register_trick(trick: Trick) -> Trick:
-    if trick.name in _TRICKS and _TRICKS[trick.name].setup is not trick.setup:
-        raise ValueError(f"two tricks are named {trick.name!r}")
     if not trick.axes:
         raise ValueError(f"trick {trick.name} sweeps no axis")
-    _TRICKS[trick.name] = trick
-    return trick
+    return TRICKS.add(trick.name, trick)
 
 
 def names() -> list[str]:
-    return [t.name for t in sorted(_TRICKS.values(), key=lambda t: (t.order, t.name))]
+    return TRICKS.names()
 
 
 def get_trick(name: str) -> Trick:
-    if name not in _TRICKS:
-        raise ValueError(f"--trick: unknown trick {name!r}; the tricks are {', '.join(names())}")
-    return _TRICKS[name]
+    return TRICKS.get(name)
 
 
 def figures(
@@ -369,14 +363,8 @@ def _at(found: list[float]) -> str:
     return f"{found[0]:.3g}" if found else "none in range"
 
 
-def _discover() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
 DEFAULT_TRICK = "kv-cache"
-_discover()
+TRICKS.discover(__name__)
 
 SWEEP = register(
     Sweep(
@@ -409,7 +397,7 @@ SWEEP = register(
                 "over",
                 None,
                 "the axis (default: the trick's first)",
-                choices=lambda: sorted({a.name for t in _TRICKS.values() for a in t.axes}),
+                choices=lambda: sorted({a.name for t in TRICKS.values() for a in t.axes}),
             ),
             REPEATS,
         ),
