@@ -92,4 +92,6 @@ def test_regime_map_sweep_takes_both_grids(dash):
     )
     assert cells == 4 and not dash.parts["sweep-regime-map-contexts"].disabled
     dash.parts["sweep-regime-map-contexts"].value = "eight"
-    assert not dash.sweeps.start("regime-map") and "context lengths must be whole" in message(dash)
+    assert not dash.sweeps.start(
+        "regime-map"
+    ) and "context lengths must be a whole number" in message(dash)

@@ -180,13 +180,11 @@ def check_lengths(lm, requests) -> None:
 def check_context(info, requests) -> None:
     """Refuse a request whose prompt plus output is past the model's context window (the real
     engines' check and the simulator's)."""
-    limit = info.max_positions
     for r in requests:
-        if limit and len(r.prompt_ids) + r.max_tokens > limit:
-            raise ValueError(
-                f"request {r.id} asks for {len(r.prompt_ids)} prompt + {r.max_tokens} new tokens, "
-                f"more than {info.name}'s context of {limit} positions"
-            )
+        info.check_context(
+            len(r.prompt_ids) + r.max_tokens,
+            f"request {r.id} ({len(r.prompt_ids)} prompt + {r.max_tokens} new tokens)",
+        )
 
 
 def check_vocabulary(lm, requests) -> None:
