@@ -177,7 +177,9 @@ def test_out_of_range_what_if_settings_are_refused_naming_the_field(llama8b, nam
 
 def test_a_prompt_past_the_context_is_refused(llama8b):
     _, reqs = replay.from_stats(1, input_mean=200_000, output_mean=10)
-    with pytest.raises(ValueError, match="more than arch:llama-3.1-8b's context of 131,072 positions"):
+    with pytest.raises(
+        ValueError, match="more than arch:llama-3.1-8b's context of 131,072 positions"
+    ):
         check_context(llama8b, reqs)
 
 
