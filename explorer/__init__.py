@@ -5,9 +5,12 @@
     s = explorer.Session(lm, "The return statement", explorer.Sampling(temperature=0.7, top_p=0.9))
     s.step(); s.trace.to_json()
 
-Rooms: model/ (what runs), engine/ (one request, step by step), costs/ (why a step takes its time),
-sweeps/ (registered measurements), plots/ (figures), app/ (dashboard), cli/ (the `explorer` command),
-bench/ (side-by-side benchmarks).
+Rooms: model/ (what runs), engine/ (one request, step by step), inside/ (hooks, the logit lens,
+attention inside one pass), costs/ (why a step takes its time), serving/ (many requests: workloads,
+engines, scenarios, the simulator), sweeps/ (registered measurements, the pays sweep),
+bench/ (side-by-side benchmarks), plots/ (figures), app/ (dashboard), cli/ (the `explorer` command).
+One home for each idea, at the top: _registry (the one Registry), _dtypes (the dtype table),
+_format (how a figure is written, a missing one too), _stats (the one percentile).
 """
 
 from explorer._version import __version__

@@ -222,3 +222,174 @@ def test_the_readme_library_in_one_screen_runs(tmp_path, monkeypatch):
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README's example
     assert (tmp_path / "run.json").exists() and len(scope["s"].steps) == 3
+
+
+# --- one home for each idea (DESIGN.md habit 15) ---------------------------------------------
+
+
+def _registries() -> dict[str, object]:
+    from explorer import cli, plots
+    from explorer.app import tabs
+    from explorer.serving import engines, scenarios
+    from explorer.serving.simulate import policy
+    from explorer.sweeps import pays
+
+    return {
+        "sweeps": sweeps.SWEEPS,
+        "tricks": pays.TRICKS,
+        "scenarios": scenarios.SCENARIOS,
+        "engines": engines.ENGINES,
+        "policies": policy.POLICIES,
+        "tabs": tabs.TABS,
+        "commands": cli.COMMANDS,
+        "sweep charts": plots.sweeps.SWEEP_PLOTS,
+    }
+
+
+def test_every_registry_is_the_one_registry_class():
+    from explorer._registry import Registry
+    from explorer.app import tabs
+    from explorer.cli import build_parser
+
+    tabs.registered(), build_parser()  # tabs and commands register on discovery
+    for kind, registry in _registries().items():
+        assert isinstance(registry, Registry), f"the {kind} registry is a {type(registry)}"
+        assert len(registry) > 0, f"nothing registered as {kind}"
+
+
+def test_the_discovery_loop_is_written_once():
+    """Only explorer/_registry.py walks a package's modules (pkgutil.iter_modules)."""
+    walkers = [
+        str(p.relative_to(PKG))
+        for p in _modules()
+        if "pkgutil" in _imports(p.read_text()) and p.name != "_registry.py"
+    ]
+    assert not walkers, f"modules with their own discovery loop (use Registry.discover): {walkers}"
+
+
+def test_a_registry_refuses_a_second_item_of_the_same_name_and_lists_its_names():
+    from explorer._registry import Registry
+
+    reg = Registry("colour")
+    reg.add("red", 1), reg.add("blue", 2), reg.add("red", 1)
+    assert reg.names() == ["blue", "red"] and reg.get("blue") == 2
+    with pytest.raises(ValueError, match="two colours are named 'red'"):
+        reg.add("red", 3)
+    with pytest.raises(ValueError, match=r"^unknown colour 'green'; the colours are blue, red$"):
+        reg.get("green")
+
+
+@pytest.mark.parametrize("typed", ["nan", "inf", "-inf", "1e30", "x", "0"])
+def test_every_typed_number_is_parsed_by_spec_with_one_wording(typed):
+    """Sweep values, pay axes and CLI whole numbers refuse the same bad text the same way."""
+    import argparse
+
+    from explorer.cli.common import whole
+    from explorer.sweeps import pays
+
+    rng = "a whole number >= 1 and <= 10,000,000"
+    sweep_param = sweeps.get("batch").params[0]
+    axis = pays.get_trick("speculative").axis("batch")
+    with pytest.raises(ValueError, match=rf"^{sweep_param.label} must be {rng}, got '{typed}'$"):
+        sweep_param.parse(f"4, {typed}")
+    with pytest.raises(
+        ValueError, match=rf"^--values for --over batch must be {rng}, got '{typed}'$"
+    ):
+        axis.parse(["4", typed])
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"^must be {rng}, got '{typed}'$"):
+        whole(1)(typed)
+    assert sweep_param.parse("4, 8.0") == [4, 8] and axis.parse(["8", "4"]) == [4, 8]
+    assert whole(1)("3") == 3
+
+
+def _calls(source: str) -> set[str]:
+    """Dotted names called anywhere in a module (np.percentile, statistics.quantiles, ...)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if isinstance(node.func.value, ast.Name):
+                found.add(f"{node.func.value.id}.{node.func.attr}")
+    return found
+
+
+def test_one_percentile_function_with_its_method_stated():
+    from explorer._stats import METHOD, percentile
+
+    own = {"np.percentile", "np.quantile", "numpy.percentile", "statistics.quantiles"}
+    others = {
+        str(p.relative_to(PKG)): _calls(p.read_text()) & own
+        for p in _modules()
+        if p.name != "_stats.py" and _calls(p.read_text()) & own
+    }
+    assert not others, f"percentiles computed outside explorer._stats.percentile: {others}"
+    assert "interpolation" in METHOD and "interpolation" in percentile.__doc__
+    gaps = [0.010, 0.011, 0.012, 0.050]  # interpolated, not nearest rank (which gives 0.050)
+    assert percentile(gaps, 99) == pytest.approx(0.012 + 0.038 * 0.97)
+    assert percentile(gaps, 50) == pytest.approx(0.0115) and percentile([], 99) is None
+
+
+def test_no_na_literal_outside_the_format_module():
+    """A missing figure is written by explorer._format (NA), not spelled in each formatter."""
+    found = [
+        f"{p.relative_to(PKG)}:{node.lineno}"
+        for p in _modules()
+        if p.name != "_format.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "n/a" in node.value
+    ]
+    assert not found, f'"n/a" spelled outside explorer/_format.py: {found}'
+
+
+def test_dtypes_are_rows_of_one_table():
+    """No dict literal keyed by dtype names outside explorer/_dtypes.py (derive it from the rows)."""
+    from explorer._dtypes import DTYPES, row
+
+    names = {n for d in DTYPES if d.floating for n in d.names}  # int8/int4 also name backends
+    found = []
+    for p in _modules():
+        if p.name == "_dtypes.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            keys = [k.value for k in getattr(node, "keys", []) if isinstance(k, ast.Constant)]
+            if isinstance(node, ast.Dict) and len(keys) >= 2 and set(keys) <= names:
+                found.append(f"{p.relative_to(PKG)}:{node.lineno}")
+    assert not found, f"dtype names spelled outside explorer/_dtypes.py: {found}"
+    assert row("bf16") is row("bfloat16") is row("torch.bfloat16") and row("half").bytes == 2
+    with pytest.raises(ValueError, match="unknown dtype 'float7'; the dtypes are float32, fp32"):
+        row("float7")
+
+
+def test_the_format_module_writes_each_figure_one_way():
+    from explorer import _format as fmt
+
+    assert fmt.ms(0.0123) == fmt.ms_value(12.3) == "12 ms" and fmt.ms(None) == fmt.NA
+    assert fmt.pct(-3.25, "+.1f") == "-3.2%" and fmt.share(0.5) == "50%"
+    assert (
+        fmt.gb(2.5e9) == "2.50 GB" and fmt.times(None) == "n/a" and fmt.rate(3.21) == "3.21 req/s"
+    )
+
+
+def test_the_package_docstrings_name_every_room():
+    import explorer
+    from explorer.serving import simulate
+
+    rooms = [p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()]
+    assert not [r for r in rooms if f"{r}/" not in explorer.__doc__], explorer.__doc__
+    sim = [p.stem for p in (PKG / "serving" / "simulate").glob("[!_]*.py")]
+    assert not [m for m in sim if m not in simulate.__doc__], sim
+    top = [p.stem for p in PKG.glob("_*.py") if p.stem not in ("__init__", "_version")]
+    assert not [m for m in top if m not in explorer.__doc__], top
+
+
+def _class_names() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for p in _modules():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(str(p.relative_to(PKG)))
+    return found
+
+
+def test_no_two_classes_share_a_name():
+    dups = {name: where for name, where in _class_names().items() if len(where) > 1}
+    assert not dups, f"classes of the same name (name each for what it holds): {dups}"

@@ -51,7 +51,7 @@ DEFAULT_SAMPLING = Sampling(temperature=0.7, top_p=0.9)
 
 
 class Dashboard:
-    """Controls + token strip + distribution + latency / traffic / roofline / sweeps / speculative tabs.
+    """Controls + token strip + distribution + every registered tab (explorer.app.tabs, in order).
 
     dash.widget is the top-level container, dash.parts names every control, figure and message
     area (the CSS class of each is `ie-<name>`), dash.session is the current explorer.Session.

@@ -9,20 +9,23 @@ non-zero exit status, never a traceback.
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
+from types import ModuleType
+
+from explorer._registry import Registry
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 
+COMMANDS: Registry[ModuleType] = Registry("command group")
+
+
 def _groups() -> list:
-    modules = [
-        importlib.import_module(f"{__name__}.{m.name}")
-        for m in pkgutil.iter_modules(__path__)
-        if m.name not in ("common", "__main__") and not m.name.startswith("_")
-    ]
-    return sorted((m for m in modules if hasattr(m, "add")), key=lambda m: m.ORDER)
+    """The command-group modules of this folder (each has ORDER and add(subparsers)), in order."""
+    for module in Registry.discover(__name__, skip=("common", "__main__")):
+        if hasattr(module, "add"):
+            COMMANDS.add(module.__name__.rsplit(".", 1)[1], module)
+    return COMMANDS.values()
 
 
 class Parser(argparse.ArgumentParser):

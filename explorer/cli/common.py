@@ -12,18 +12,16 @@ def print_json(obj) -> None:
 
 
 def whole(low: int = 1):
-    """An argparse type: a whole number >= low (argparse turns the ValueError into one line)."""
+    """An argparse type: a whole number >= low (Spec.parse; argparse turns the error into one line)."""
+    from explorer.engine.settings import Spec
+
+    spec = Spec(int, "", "", low=low)
 
     def parse(text: str) -> int:
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"must be a whole number >= {low}, got {text!r}"
-            ) from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= {low}, got {value}")
-        return value
+            return spec.parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
 
     parse.__name__ = "int"
     return parse

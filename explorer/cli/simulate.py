@@ -14,6 +14,7 @@ on paper. Every output says modelled and lists its assumptions.
 
 from __future__ import annotations
 
+from explorer._format import number, pct
 from explorer.cli.common import print_json
 from explorer.costs.kvdtype import KV_DTYPE_HELP, KV_DTYPES
 
@@ -288,9 +289,7 @@ def _print_rows(rows: list[dict]) -> None:
         f"{'model':<22}{'workload':<44}{'metric':<20}{'measured':>10}{'simulated':>11}{'error':>9}"
     )
     for r in rows:
-        err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
-        m = "n/a" if r["measured"] is None else f"{r['measured']:.2f}"
-        s = "n/a" if r["simulated"] is None else f"{r['simulated']:.2f}"
+        err, m, s = pct(r["error_pct"], "+.1f"), number(r["measured"]), number(r["simulated"])
         print(f"{r['model']:<22}{r['workload'][:42]:<44}{r['metric']:<20}{m:>10}{s:>11}{err:>9}")
 
 
@@ -349,8 +348,7 @@ def _print_published_rows(rows: list[dict]) -> None:
         f"{'error':>9}"
     )
     for r in rows:
-        err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
-        s = "n/a" if r["simulated"] is None else f"{r['simulated']:.4g}"
+        err, s = pct(r["error_pct"], "+.1f"), number(r["simulated"], ".4g")
         print(
             f"{r['id'][:33]:<34}{r['split']:<9}{r['chip']:<10}{r['metric']:<19}"
             f"{r['measured']:>10.4g}{s:>11}{err:>9}"

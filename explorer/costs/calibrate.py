@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from explorer._format import pct
+
 CALIBRATION_RULE = (
     "latency = bytes / effective bandwidth + FLOPs / effective FLOP/s + step overhead "
     "+ layers x per-layer overhead (non-negative least squares on relative error)"
@@ -148,13 +150,9 @@ class Calibration(EffectiveRates):
         gflops = f"{self.effective_gflops:.1f} GFLOP/s" if self.effective_gflops else "FLOP term 0"
         return (
             f"effective {gbps}, {gflops}, {self.step_overhead_s * 1e3:.2f} ms/step, {layer}; "
-            f"held-out median |error| {_pct(self.heldout_err_before_pct)} before (roofline bound) "
-            f"-> {_pct(self.heldout_err_after_pct)} after, on {self.n_heldout} held-out steps"
+            f"held-out median |error| {pct(self.heldout_err_before_pct)} before (roofline bound) "
+            f"-> {pct(self.heldout_err_after_pct)} after, on {self.n_heldout} held-out steps"
         )
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1f}%"
 
 
 def needed_points(layer_shapes: int) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from explorer._dtypes import DTYPES
 from explorer.costs.kvdtype import ALIASES, FLOAT_BYTES
 from explorer.costs.timing import Measurement, time_call
 from explorer.costs.timing import measure as time_repeats
@@ -88,12 +89,7 @@ class Peaks:
 
 
 # The one mapping from a dtype's names to the chip table's FLOP/s field (every reader uses it).
-DTYPE_FIELDS = {
-    "float32": "fp32_tflops",
-    "bfloat16": "bf16_tflops",
-    "float16": "fp16_tflops",
-    "fp8": "fp8_tflops",
-}
+DTYPE_FIELDS = {d.name: d.flops_field for d in DTYPES if d.flops_field}
 DTYPE_SYNONYMS = ALIASES  # one spelling of the dtypes' names and bytes (explorer.costs.kvdtype)
 DTYPE_BYTES = FLOAT_BYTES
 
@@ -316,7 +312,7 @@ def chip_peaks(name: str, dtype: str = "bfloat16") -> Peaks:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ProbeSizes:
     """Sizes and repeats of one measurement."""
 
     buffer_bytes: int
@@ -328,15 +324,15 @@ class Plan:
     )
 
 
-def _plan(device: torch.device, thorough: bool) -> Plan:
+def _plan(device: torch.device, thorough: bool) -> ProbeSizes:
     if device.type == "cuda":
-        return Plan(
+        return ProbeSizes(
             buffer_bytes=(2 << 30) if thorough else (512 << 20),
             matmul_n=8192 if thorough else 4096,
             repeats=20 if thorough else 10,
             bandwidth_repeats=30 if thorough else 15,
         )
-    return Plan(
+    return ProbeSizes(
         buffer_bytes=(512 << 20) if thorough else (128 << 20),
         matmul_n=2048 if thorough else 1024,
         repeats=9 if thorough else 5,
@@ -370,7 +366,9 @@ def _rates(work: float, m: Measurement) -> tuple[float, float]:
     return work / m.median, work / m.spread[0]
 
 
-def _copy_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
+def _copy_gbps(
+    nbytes: int, device: torch.device, plan: ProbeSizes
+) -> tuple[float, float, Measurement]:
     n = nbytes // 4
     src = torch.ones(n, device=device)
     dst = torch.zeros(n, device=device)  # touch every page before timing
@@ -380,7 +378,9 @@ def _copy_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, fl
     return *_rates(2 * n * 4 / GB, m), m  # read + write
 
 
-def _read_gbps(nbytes: int, device: torch.device, plan: Plan) -> tuple[float, float, Measurement]:
+def _read_gbps(
+    nbytes: int, device: torch.device, plan: ProbeSizes
+) -> tuple[float, float, Measurement]:
     n = nbytes // 4 // 1024 * 1024
     src = torch.ones(n // 1024, 1024, device=device)  # [rows, 1024]
     x = torch.ones(1024, device=device)
@@ -413,7 +413,7 @@ MATVEC_SHAPE = (2048, 4096)  # [N, K]: a B=1 decode step's kernel
 
 
 def _kernel_rates(
-    dtype: torch.dtype, device: torch.device, plan: Plan
+    dtype: torch.dtype, device: torch.device, plan: ProbeSizes
 ) -> dict[str, tuple[float, float, Measurement]]:
     """FLOP/s of the skinny products decode runs: a matrix-vector product and [M, K] x [K, N] for small M.
     On a CPU without half-precision matrix units these can outrun the square matmul for bf16/fp16 by
@@ -445,7 +445,7 @@ def _kernel_rates(
 
 
 def _matmul_flops(
-    n: int, dtype: torch.dtype, device: torch.device, plan: Plan
+    n: int, dtype: torch.dtype, device: torch.device, plan: ProbeSizes
 ) -> tuple[float, float, Measurement]:
     a, b = _square(n, dtype, device)
     m = time_repeats(lambda: a @ b, device, repeats=plan.repeats, warmup=plan.warmup)
@@ -464,7 +464,7 @@ _BANDWIDTH: dict[tuple, dict[str, Any]] = {}
 _PEAKS: dict[tuple, Peaks] = {}
 
 
-def _bandwidth(device: torch.device, plan: Plan, thorough: bool) -> dict[str, Any]:
+def _bandwidth(device: torch.device, plan: ProbeSizes, thorough: bool) -> dict[str, Any]:
     key = (str(device), torch.get_num_threads(), thorough)
     if key not in _BANDWIDTH:
         copy, copy_best, m_copy = _copy_gbps(plan.buffer_bytes, device, plan)
@@ -474,7 +474,7 @@ def _bandwidth(device: torch.device, plan: Plan, thorough: bool) -> dict[str, An
         if llc and llc // 4 >= (
             1 << 20
         ):  # best of many short repeats: a cache-resident working set
-            small = Plan(llc // 4, 0, repeats=10, bandwidth_repeats=10)
+            small = ProbeSizes(llc // 4, 0, repeats=10, bandwidth_repeats=10)
             cache = max(
                 _copy_gbps(small.buffer_bytes, device, small)[1],
                 _read_gbps(small.buffer_bytes, device, small)[1],

@@ -18,26 +18,18 @@ bytes here are the steady state of a long context, where that window is a small 
 
 from __future__ import annotations
 
+from explorer._dtypes import DTYPES, aliases
+
 GROUP = 64  # values per scale and zero point of the group-wise integer caches
 GROUP_BYTES = 2 + 2  # a 16-bit scale and a 16-bit zero point per group
 
-# the float dtypes' bytes per value and their other names (the chip table reads these too)
-FLOAT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
-KV_DTYPES: dict[str, float] = {
+# the float dtypes' bytes per value and their other names: rows of explorer._dtypes
+FLOAT_BYTES = {d.name: d.bytes for d in DTYPES if d.floating}
+KV_DTYPES: dict[str, float] = {  # the integer caches add a scale and zero point per group
     **FLOAT_BYTES,
-    "int8": 1.0 + GROUP_BYTES / GROUP,
-    "int4": 0.5 + GROUP_BYTES / GROUP,
+    **{d.name: d.bytes + GROUP_BYTES / GROUP for d in DTYPES if not d.floating},
 }
-ALIASES = {
-    "fp32": "float32",
-    "float": "float32",
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "half": "float16",
-    "float8": "fp8",
-    "float8_e4m3fn": "fp8",
-    "e4m3": "fp8",
-}
+ALIASES = aliases()
 KV_DTYPE_HELP = (
     f"the KV cache's dtype: {', '.join(KV_DTYPES)} (int8 / int4 with a scale and zero point per "
     f"{GROUP} values; default: the weights' dtype)"

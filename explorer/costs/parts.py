@@ -433,10 +433,7 @@ def check_sizes(
             f"without a cache the whole sequence is fed: tokens_fed ({tokens_fed}) must equal "
             f"context_len ({context_len})"
         )
-    if info.max_positions and context_len > info.max_positions:
-        raise ValueError(
-            f"context_len {context_len} exceeds the model's {info.max_positions} positions"
-        )
+    info.check_context(context_len, f"context_len {context_len:,}")
 
 
 def forward_bytes(

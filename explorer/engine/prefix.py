@@ -32,11 +32,7 @@ class PrefixCache:
         from explorer.engine.prompt import encode
 
         ids = encode(lm, prefix)
-        limit = lm.info.max_positions
-        if limit and len(ids) >= limit:
-            raise ValueError(
-                f"the prefix has {len(ids)} tokens; {lm.info.name} holds {limit} positions"
-            )
+        lm.info.check_context(len(ids) + 1, f"the prefix of {len(ids):,} tokens and one more")
         cache = DynamicCache()
         feed = torch.tensor([ids], device=lm.device)
         _, build_s = time_call(lambda: forward(lm.model, feed, cache, last_only=True), lm.device)

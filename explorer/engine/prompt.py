@@ -46,12 +46,8 @@ def prompt_rows(lm, prompt, batch_size: int) -> list[list[int]]:
             "prompt must be a string, a list of strings, a list of token ids or a list of id lists; "
             f"got {prompt!r}"
         )
-    limit = lm.info.max_positions
     for r in rows:
-        if limit and len(r) > limit:
-            raise ValueError(
-                f"the prompt is {len(r)} tokens long but the model has only {limit} positions"
-            )
+        lm.info.check_context(len(r), f"the prompt of {len(r):,} tokens")
     return rows
 
 

@@ -72,7 +72,7 @@ class Capture:
             return None
         chosen = [self.chosen[i] for i in self.layers]
         tokens = int(chosen[0][0].shape[0])
-        # every layer routes the same tokens: one copy to the host for all of them (not 2 per layer)
+        # every layer routes the same tokens: one transfer to the host for all the layers together
         ids = torch.stack([c[0].reshape(tokens, -1) for c in chosen]).cpu()  # [layers, T, k]
         weights = torch.stack([c[1].reshape(tokens, -1)[:max_tokens] for c in chosen])
         weights = weights.float().cpu()  # [layers, min(T, kept), k]

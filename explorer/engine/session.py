@@ -605,12 +605,7 @@ def _check_static_cache(lm, cache_len: int, rows: int) -> None:
     """A static cache is allocated whole: within the model's positions and the free memory."""
     from explorer.model.memory import check_fits
 
-    limit = lm.info.max_positions
-    if limit and cache_len > limit:
-        raise ValueError(
-            f"cache_len {cache_len:,} is more than {lm.info.name}'s {limit:,} positions; "
-            f"give at most {limit:,}"
-        )
+    lm.info.check_context(cache_len, f"a static cache of cache_len {cache_len:,}")
     check_fits(
         lm.info.kv_bytes_per_token * cache_len * rows,
         lm.device,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
+TYPED_MAX = 10**7  # the largest number a person may type where its Spec names no `high`
+_BAD = object()  # text that is not a value of the Spec's kind
 
 
 @dataclass(frozen=True)
@@ -71,10 +73,61 @@ class Spec:
             return f"must be {self.range_text()}, got {value!r}"
         return None
 
+    def parse(self, text: Any) -> Any:
+        """The value a person typed (text, or a number from a widget) as this Spec's kind, in range:
+        ValueError "<label> must be <range>, got <text>". Where `high` is None, numbers past
+        TYPED_MAX are refused too; NaN and infinities always are."""
+        raw = text.strip() if isinstance(text, str) else text
+        if self.optional and (raw is None or str(raw).lower() in ("", "none")):
+            return None
+        spec = self
+        if self.kind in (int, float) and self.high is None:
+            spec = dataclasses.replace(self, high=TYPED_MAX)
+        value = _convert(self.kind, raw)
+        why = spec.problem(value) if value is not _BAD else f"must be {spec.range_text()}"
+        if why:
+            why = why.split(", got ")[0]  # the text as typed, not as converted
+            raise ValueError(f"{self.label} {why}, got {text!r}".strip())
+        return value
+
+    def parse_list(self, text: Any) -> list:
+        """Values separated by commas (or semicolons; a list or tuple as it is), each parse()d."""
+        items = text if isinstance(text, (list, tuple)) else str(text).replace(";", ",").split(",")
+        items = [v.strip() if isinstance(v, str) else v for v in items]
+        items = [v for v in items if v != ""]
+        if not items:
+            raise ValueError(f"{self.label}: give at least one value".strip(": "))
+        return [self.parse(v) for v in items]
+
+
+def _convert(kind: type, raw: Any) -> Any:
+    """raw as `kind` (a whole float such as 8.0 or "1e3" is an int), or _BAD."""
+    if kind is bool:
+        words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+        return raw if isinstance(raw, bool) else words.get(str(raw).lower(), _BAD)
+    if kind is str:
+        return str(raw)
+    if isinstance(raw, bool):
+        return _BAD
+    try:
+        number = float(raw)
+    except (TypeError, ValueError, OverflowError):
+        return _BAD
+    if kind is float:
+        return number
+    if isinstance(raw, int):
+        return raw
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return int(number) if math.isfinite(number) and number.is_integer() else _BAD
+
 
 def _num(x: float) -> str:
     if x == SEED_MAX:
         return "2**64 - 1"
+    if x == TYPED_MAX:
+        return f"{TYPED_MAX:,}"
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 

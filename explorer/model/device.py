@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import torch
 
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
+from explorer._dtypes import MODEL_DTYPES, torch_dtype
+
+# the names a model's dtype may be given by (the rows of explorer._dtypes)
+DTYPES = {n: torch_dtype(d.name) for d in MODEL_DTYPES for n in (d.name, d.short)}
 OOM_MARKERS = (
     "out of memory",
     "can't allocate memory",

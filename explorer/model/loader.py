@@ -99,6 +99,15 @@ class ModelInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def check_context(self, positions: int, what: str) -> None:
+        """The one context-fit check: ValueError when `what` needs more than the model's positions
+        ("<what> needs N positions, more than <model>'s context of M positions")."""
+        if self.max_positions and positions > self.max_positions:
+            raise ValueError(
+                f"{what} needs {positions:,} positions, more than {self.name}'s context of "
+                f"{self.max_positions:,} positions"
+            )
+
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes the KV cache grows by per token per sequence: 2 (K and V) x layers x kv_heads x head_dim."""

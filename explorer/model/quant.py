@@ -32,12 +32,14 @@ import logging
 import torch
 from torch import nn
 
+from explorer._dtypes import DTYPES, MODEL_DTYPES
 from explorer.model.device import dtype_name, dtype_problem
 
-WEIGHTS = ("fp32", "bf16", "fp16", "int8", "int4")
+# the rows of explorer._dtypes a model's weights may be in, by short name
+WEIGHTS = tuple(d.short for d in DTYPES if d.name != "fp8")  # fp32, bf16, fp16, int8, int4
 BACKENDS = {"int8": ("fbgemm", "torchao"), "int4": ("torchao",)}
-FLOAT_WEIGHTS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+FLOAT_WEIGHTS = {d.short: d.name for d in MODEL_DTYPES}  # "fp32" -> "float32"
+SHORT = {d.name: d.short for d in MODEL_DTYPES}  # "float32" -> "fp32"
 
 
 class WeightsNotSupportedError(ValueError):

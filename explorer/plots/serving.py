@@ -18,6 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from explorer._format import rate
 from explorer.plots.common import _layout, _style_axes, log_ticks
 from explorer.plots.sweeps import _col, sweep_plot
 from explorer.serving.engines import names as engine_names
@@ -412,7 +413,7 @@ def _label_positions(xs: list[float], ys: list[float], near: float = 0.05) -> li
 def _capacity_label(row: dict) -> str:
     """'0.9 x' (utilization = rate / modelled capacity) or the rate when there is none."""
     u = row.get("utilization")
-    return f"{u:.2f}x" if u is not None else f"{row['request_rate']:.3g} req/s"
+    return f"{u:.2f}x" if u is not None else rate(row["request_rate"])
 
 
 # --- the serving sweep's chart (explorer.sweeps.serving) -----------------------------------------

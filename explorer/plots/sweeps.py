@@ -18,6 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from explorer._registry import Registry
 from explorer.plots.common import MB, Columns, _house_style, _objs, log_ticks, replace
 
 _MEASURED, _MODELLED = dict(mode="lines+markers"), dict(mode="lines", line=dict(dash="dot"))
@@ -30,25 +31,21 @@ class SweepPlot:
     shapes: Callable[[Any], dict[str, Any]] | None = None
 
 
-SWEEP_PLOTS: dict[str, SweepPlot] = {}
+SWEEP_PLOTS: Registry[SweepPlot] = Registry("sweep chart")
 
 
 def sweep_plot(name: str, columns: Callable[[Any], Columns], shapes=None):
     """Register the decorated figure builder (and its columns) as the chart of sweep `name`."""
 
     def register(figure: Callable[[], go.Figure]):
-        SWEEP_PLOTS[name] = SweepPlot(figure, columns, shapes)
+        SWEEP_PLOTS.add(name, SweepPlot(figure, columns, shapes))
         return figure
 
     return register
 
 
 def _plot(name: str) -> SweepPlot:
-    if name not in SWEEP_PLOTS:
-        raise ValueError(
-            f"unknown sweep {name!r} (no chart registered); the sweeps with charts are {', '.join(SWEEP_PLOTS)}"
-        )
-    return SWEEP_PLOTS[name]
+    return SWEEP_PLOTS.get(name)
 
 
 def _col(df, name: str, scale: float = 1.0) -> np.ndarray:

@@ -13,7 +13,7 @@ Definitions (vLLM's benchmarks/serve.py):
   queue time = start_s - sent_s (ours; vLLM's server reports it in its own metrics only)
   duration = last end_s - first sent_s; throughputs are totals / duration
   goodput = requests meeting every given SLO (ms; ttft, tpot, e2el) / duration
-Percentiles are numpy's (linear interpolation), as vLLM computes them.
+Percentiles are explorer._stats.percentile (linear interpolation), as vLLM computes them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer._stats import percentile
 from explorer.serving.steady import judge
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -162,7 +163,7 @@ def _stats(name: str, values: list[float]) -> dict:
         f"std_{name}_ms": float(ms.std()),
     }
     for p in PERCENTILES:
-        out[f"p{p}_{name}_ms"] = float(np.percentile(ms, p))
+        out[f"p{p}_{name}_ms"] = percentile(ms, p)
     return out
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from explorer._format import text as fmt_text
+
 
 def format_summary(res) -> str:
     r = res.result
     lines = [f"{' Serving Benchmark Result ':=^60}"]
 
     def row(name, value, fmt="{:.2f}"):
-        text = (
-            "n/a" if value is None else (fmt.format(value) if not isinstance(value, str) else value)
-        )
+        text = value if isinstance(value, str) else fmt_text(value, fmt)
         lines.append(f"{name:<40}{text:<20}")
 
     row("Engine:", res.label, "{}")

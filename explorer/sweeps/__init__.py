@@ -13,12 +13,12 @@ notebooks all read this registry; none of them names a sweep's arguments itself.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from explorer._registry import Registry
+from explorer.engine.settings import Spec
 from explorer.sweeps._common import COLUMNS, StopSweep, interrupted, measure_points  # noqa: F401
 
 
@@ -34,6 +34,7 @@ class Param:
     )
     help: str = ""
     low: int = 1  # for int / ints
+    high: int | None = None  # for int / ints (None: Spec's TYPED_MAX)
     flag: str | None = None  # the CLI flag, if not --name-with-dashes
     choices: tuple[str, ...] | Callable[[], list[str]] = ()  # for "word": allowed (or a callable)
 
@@ -44,47 +45,21 @@ class Param:
     def cli_flag(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
 
-    def parse(self, text: str | int) -> Any:
-        """The value from typed text (ValueError naming the label and what it expects)."""
-        if self.kind == "int":
-            try:
-                value = int(str(text).strip())
-            except ValueError:
-                raise ValueError(f"{self.label} must be a whole number, got {text!r}") from None
-            if value < self.low:
-                raise ValueError(f"{self.label} must be >= {self.low}, got {value}")
-            return value
-        if self.kind == "word":
-            word, allowed = str(text).strip(), self.allowed()
-            if word not in allowed:
-                raise ValueError(f"{self.label} must be one of {', '.join(allowed)}; got {word!r}")
-            return word
-        parts = [p.strip() for p in str(text).replace(";", ",").split(",") if p.strip()]
-        if not parts:
-            raise ValueError(f"{self.label}: give at least one value, e.g. {self.default}")
-        if self.kind == "names":
-            return parts
+    @property
+    def spec(self) -> Spec:
+        """The Spec of one value: what parse() converts and range-checks with."""
+        if self.kind in ("int", "ints"):
+            return Spec(int, self.label, self.help, low=self.low, high=self.high)
         if self.kind == "floats":
-            try:
-                floats = [float(p) for p in parts]
-            except ValueError:
-                raise ValueError(
-                    f"{self.label} must be numbers separated by commas, got {text!r}"
-                ) from None
-            if any(not v > 0 for v in floats):
-                raise ValueError(f"{self.label} must be numbers > 0, got {text!r}")
-            return floats
-        try:
-            values = [int(p) for p in parts]
-        except ValueError:
-            raise ValueError(
-                f"{self.label} must be whole numbers separated by commas, got {text!r}"
-            ) from None
-        if any(v < self.low for v in values):
-            raise ValueError(
-                f"{self.label} must be whole numbers >= {self.low} separated by commas, got {text!r}"
-            )
-        return values
+            return Spec(float, self.label, self.help, low=0, low_open=True)
+        choices = tuple(self.allowed()) if self.kind == "word" else None
+        return Spec(str, self.label, self.help, choices=choices)
+
+    def parse(self, text: str | int) -> Any:
+        """The value from typed text (ValueError naming the label and the range; Spec.parse)."""
+        if self.kind in ("int", "word"):
+            return self.spec.parse(text)
+        return self.spec.parse_list(text)
 
 
 REPEATS = Param(
@@ -140,33 +115,22 @@ class Sweep:
         return out
 
 
-_REGISTRY: dict[str, Sweep] = {}
+SWEEPS: Registry[Sweep] = Registry("sweep", same=lambda s: s.run)
 
 
 def register(sweep: Sweep) -> Sweep:
-    if sweep.name in _REGISTRY and _REGISTRY[sweep.name].run is not sweep.run:
-        raise ValueError(f"two sweeps are named {sweep.name!r}")
     unknown = [c for c in sweep.columns if c not in COLUMNS]
     if unknown:
         raise ValueError(f"sweep {sweep.name}: columns without a description in COLUMNS: {unknown}")
-    _REGISTRY[sweep.name] = sweep
-    return sweep
-
-
-def _discover() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
+    return SWEEPS.add(sweep.name, sweep)
 
 
 def names() -> list[str]:
-    return [s.name for s in sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))]
+    return SWEEPS.names()
 
 
 def get(name: str) -> Sweep:
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown sweep {name!r}; the sweeps are {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]
+    return SWEEPS.get(name)
 
 
 def run(name: str, lm, **kwargs):
@@ -174,4 +138,4 @@ def run(name: str, lm, **kwargs):
     return get(name).run(lm, **kwargs)
 
 
-_discover()
+SWEEPS.discover(__name__)

@@ -145,10 +145,6 @@ class Bar:
             self.tqdm.close()
 
 
-def gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB"
-
-
 def check_count(name: str, value, low: int = 1) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
@@ -164,8 +160,8 @@ def sizes(name: str, values: Iterable[int], low: int = 1) -> list[int]:
 
 
 def check_context(info: ModelInfo, context_len: int, what: str = "context_len") -> None:
-    if info.max_positions and context_len > info.max_positions:
-        raise ValueError(f"{what} {context_len} exceeds the model's {info.max_positions} positions")
+    """The sweep's context against the model's positions (ModelInfo.check_context's wording)."""
+    info.check_context(context_len, f"{what} {context_len:,}")
 
 
 def token_ids(info: ModelInfo, rows: int, length: int, device, seed: int) -> torch.Tensor:

@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
+from explorer._format import gb
 from explorer.model.device import available_bytes
 from explorer.model.loader import LoadedModel, ModelInfo
 from explorer.model.passes import copy_cache
@@ -24,7 +25,6 @@ from explorer.sweeps._common import (
     check_count,
     derived,
     frame,
-    gb,
     measure_points,
     modelled,
     peaks_for,

@@ -50,7 +50,7 @@ def test_choices_come_from_the_trick_registry_and_bad_values_are_one_message(das
     # bad values: one message, nothing started
     _choose(dash, "kv-cache", "length", "four")
     assert not _tab(dash).start()
-    assert "--values" in message(dash) and "whole numbers" in message(dash)
+    assert "--values" in message(dash) and "must be a whole number" in message(dash)
     assert dash.guard.busy is None and not dash.parts["pays-run"].disabled
     _choose(dash, "kv-cache", "length", "")
     assert not _tab(dash).start() and "give at least one value" in message(dash)

@@ -64,7 +64,7 @@ def test_a_sweep_that_fails_halfway_keeps_the_chart(dash, monkeypatch):
         raise RuntimeError("the sweep broke halfway")
 
     monkeypatch.setitem(
-        sweeps._REGISTRY, "cache", dataclasses.replace(sweeps.get("cache"), run=broken)
+        sweeps.SWEEPS.entries, "cache", dataclasses.replace(sweeps.get("cache"), run=broken)
     )
     dash.parts["sweep-cache-run"].click()
     dash.wait(60)
@@ -92,4 +92,6 @@ def test_regime_map_sweep_takes_both_grids(dash):
     )
     assert cells == 4 and not dash.parts["sweep-regime-map-contexts"].disabled
     dash.parts["sweep-regime-map-contexts"].value = "eight"
-    assert not dash.sweeps.start("regime-map") and "context lengths must be whole" in message(dash)
+    assert not dash.sweeps.start(
+        "regime-map"
+    ) and "context lengths must be a whole number" in message(dash)

@@ -416,7 +416,9 @@ def test_empty_prompt_without_bos_is_a_clear_error(tiny):
 
 def test_prompt_longer_than_the_model_names_both_lengths():
     small = tiny_lm(positions=8)
-    with pytest.raises(ValueError, match=r"12 tokens.*only 8 positions"):
+    with pytest.raises(
+        ValueError, match=r"12 tokens needs 12 positions, more than .*context of 8 positions"
+    ):
         Session(small, list(range(12)))
 
 

@@ -65,7 +65,10 @@ def test_prefix_cache_bad_input_is_refused_with_a_reason(target, draft, pc):
         Session(target, SYSTEM + QUESTION, use_cache=False, prefix_cache=pc)
     with pytest.raises(ValueError, match="rows of one length"):
         Session(target, [pc.ids + [1], pc.ids + [1, 2]], prefix_cache=pc)
-    with pytest.raises(ValueError, match="the prefix has 600 tokens; bundled:target holds 512"):
+    with pytest.raises(
+        ValueError,
+        match="the prefix of 600 tokens and one more needs 601 positions, more than bundled:target's context of 512",
+    ):
         PrefixCache(target, [1] * 600)
     done = Session(target, pc.ids + [11, 12], explorer.Sampling(greedy=True))
     done.step()

@@ -52,7 +52,10 @@ def test_a_static_cache_beyond_the_positions_or_the_memory_is_refused(target, mo
     from explorer import Session
 
     limit = target.info.max_positions
-    with pytest.raises(ValueError, match=f"cache_len 2,000,000 is more than .*{limit:,} positions"):
+    with pytest.raises(
+        ValueError,
+        match=f"cache_len 2,000,000 needs 2,000,000 positions, more than .*context of {limit:,} positions",
+    ):
         Session(target, "Hi", cache="static", cache_len=2_000_000)
     monkeypatch.setattr(device_mod, "available_bytes", lambda dev: 1024)
     with pytest.raises(NotEnoughMemory, match="a static cache of .* positions x 1 row"):

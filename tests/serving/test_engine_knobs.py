@@ -168,7 +168,7 @@ def test_a_new_engine_is_one_registered_class_with_its_knobs(monkeypatch):
     from explorer.cli.serving import knobs_of
     from explorer.engine.settings import setting
 
-    monkeypatch.setattr(engines, "_ENGINES", dict(engines._ENGINES))
+    monkeypatch.setattr(engines.ENGINES, "entries", dict(engines.ENGINES.entries))
 
     @dataclasses.dataclass
     class ToyKnobs(engines.Knobs):
@@ -183,5 +183,8 @@ def test_a_new_engine_is_one_registered_class_with_its_knobs(monkeypatch):
     assert knobs_of(args, "toy") == {"lanes": 3}
     with pytest.raises(ValueError, match="toy engine: lanes must be a whole number >= 1 and <= 8"):
         engines.make("toy", object(), lanes=9)
-    with pytest.raises(ValueError, match="the simulator models sequential, static, continuous;"):
+    with pytest.raises(
+        ValueError,
+        match="unknown simulator policy .toy.; the simulator policies are sequential, static, continuous",
+    ):
         policies.policy_for("toy", ToyKnobs())

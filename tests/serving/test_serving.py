@@ -406,7 +406,7 @@ def test_a_request_longer_than_the_context_fails_before_the_run(target):
     limit = target.info.max_positions
     wl = Workload(num_prompts=2, input_len=limit - 4, output_len=8)
     for engine in ("sequential", "static", "continuous"):
-        with pytest.raises(ValueError, match=f"more than .*context of {limit} positions"):
+        with pytest.raises(ValueError, match=f"more than .*context of {limit:,} positions"):
             serve(target, wl, engine)
 
 

@@ -272,7 +272,10 @@ def test_output_paths_are_checked_before_measuring(tmp_path, monkeypatch, capsys
 
 def test_zero_repeats_is_refused_at_the_flag(capsys):
     assert main(["bench", "overhead", "--repeats", "0"]) == 2
-    assert "--repeats: must be a whole number >= 1, got 0" in capsys.readouterr().err
+    assert (
+        "--repeats: must be a whole number >= 1 and <= 10,000,000, got '0'"
+        in capsys.readouterr().err
+    )
 
 
 def test_app_refuses_an_unknown_model_and_a_non_notebook(tmp_path, capsys):

@@ -9,11 +9,11 @@ here. Tabs use the dashboard's public methods only (session, guard, load_model, 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import threading
 
-_REGISTRY: list[tuple[int, type]] = []
+from explorer._registry import Registry
+
+TABS: Registry[type] = Registry("tab")
 
 
 class Tab:
@@ -88,13 +88,13 @@ def register(order: int):
     def add(cls: type) -> type:
         if not cls.name or not cls.title or not cls.about:
             raise ValueError(f"{cls.__name__} needs a name, a title and an about line")
-        _REGISTRY[:] = [(o, c) for o, c in _REGISTRY if c.name != cls.name] + [(order, cls)]
-        return cls
+        cls.order = order
+        return TABS.add(cls.name, cls)
 
     return add
 
 
 def registered() -> list[type]:
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-    return [cls for _, cls in sorted(_REGISTRY, key=lambda oc: oc[0])]
+    """Every tab class, in order (the tab modules imported first)."""
+    TABS.discover(__name__)
+    return TABS.values()

@@ -18,6 +18,7 @@ import html
 import ipywidgets as W
 
 from explorer import plots
+from explorer._format import number, pct
 from explorer.app.controls import button, labelled, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
@@ -173,8 +174,8 @@ class CapacityTab(Tab):
             expert_parallel=self.expert_parallel.value,
         )
         cells = "".join(
-            f"<tr><td>{r['metric']}</td><td>{_f(r['measured'])}</td>"
-            f"<td>{_f(r['simulated'])}</td><td>{_pct(r['error_pct'])}</td></tr>"
+            f"<tr><td>{r['metric']}</td><td>{number(r['measured'])}</td>"
+            f"<td>{number(r['simulated'])}</td><td>{pct(r['error_pct'], '+.1f')}</td></tr>"
             for r in rows
         )
         self.comparison.value = (
@@ -248,14 +249,6 @@ class CapacityTab(Tab):
         self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
 
 
-def _f(v) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
-
-
-def _pct(v) -> str:
-    return "n/a" if v is None else f"{v:+.1f}%"
-
-
 def _published_html() -> str:
     """How far the what-if was from published GPU runs (the stored comparison), as a table."""
     from explorer.serving.simulate.published import validation_summary
@@ -264,8 +257,8 @@ def _published_html() -> str:
     if s is None:
         return "<div>no stored comparison with published runs</div>"
     cells = "".join(
-        f"<tr><td>{x['metric']}</td><td>{_abs(x['fitted'])} ({x['n_fitted']})</td>"
-        f"<td>{_abs(x['held_out'])} ({x['n_held_out']})</td></tr>"
+        f"<tr><td>{x['metric']}</td><td>{pct(x['fitted'])} ({x['n_fitted']})</td>"
+        f"<td>{pct(x['held_out'])} ({x['n_held_out']})</td></tr>"
         for x in s["summary"]
     )
     return (
@@ -275,7 +268,3 @@ def _published_html() -> str:
         f"<th>metric</th><th>fitted (runs)</th><th>held out (runs)</th></tr>{cells}</table>"
         f"</details>"
     )
-
-
-def _abs(v) -> str:
-    return "n/a" if v is None else f"{v:.1f}%"

@@ -22,6 +22,7 @@ import time
 import ipywidgets as W
 
 from explorer import plots
+from explorer._format import ms_value, text
 from explorer.app.controls import control, labelled, read_control, tagged
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
@@ -311,7 +312,7 @@ class ServingTab(Tab):
             status = res.meta["status"]
             g.say(
                 f"{res.label}: {r['completed']} of {len(res.records)} requests served, "
-                f"{r['output_throughput']:.0f} output tok/s, p99 TTFT {_ms(r['p99_ttft_ms'])}; "
+                f"{r['output_throughput']:.0f} output tok/s, p99 TTFT {ms_value(r['p99_ttft_ms'])}; "
                 f"{time.perf_counter() - t0:.1f} s in all with the engine's start-up (the "
                 f"summary's duration, {r['duration']:.2f} s, runs from the first arrival to the "
                 "last finish)" + ("" if status == "complete" else f" ({status})"),
@@ -449,15 +450,11 @@ def _cell(res, key: str, fmt: str) -> str:
         value = sum(i.preempted for i in res.iterations) if res.iterations else None
     else:
         value = res.result.get(key)
-    return "n/a" if value is None else html.escape(fmt.format(value))
+    return html.escape(text(value, fmt))
 
 
 def _fmt(v) -> str:
     return html.escape(f"{v:.3g}" if isinstance(v, float) else str(v))
-
-
-def _ms(v) -> str:
-    return "n/a" if v is None else f"{v:.0f} ms"
 
 
 def _json(res) -> str:

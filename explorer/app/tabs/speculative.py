@@ -14,6 +14,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from explorer import plots
+from explorer._format import number
 from explorer.app.controls import tagged
 from explorer.app.guard import on_engine_thread
 from explorer.app.messages import stop_text
@@ -234,7 +235,7 @@ class SpeculativeTab(Tab):
         self.alpha.append(rounds)
         stats = self.session.stats()
         plots.replace(self.hist, plots.accepted_histogram_columns(stats["accepted_histogram"]))
-        alpha = "n/a" if stats["alpha"] is None else f"{stats['alpha']:.3f}"
+        alpha = number(stats["alpha"], ".3f")
         self.status.value = (
             f"{stats['rounds']} rounds, {stats['emitted']} tokens emitted, alpha {alpha} "
             f"(accepted {stats['accepted']} of {stats['tested']} tested), "

@@ -22,15 +22,14 @@ concurrency limit; every engine shares it, so the same workload arrives the same
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import pkgutil
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
+from explorer._registry import Registry
 from explorer.engine.settings import Spec, specs, validate
 
-_ENGINES: dict[str, type] = {}
+ENGINES: Registry[type] = Registry("engine")
 
 
 @dataclass
@@ -107,29 +106,19 @@ def register(name: str, knobs: type[Knobs], *, order: int):
     def wrap(cls):
         cls.name, cls.Knobs, cls.order = name, knobs, order
         knobs.engine = name
-        _ENGINES[name] = cls
+        ENGINES.add(name, cls)
         return cls
 
     return wrap
 
 
-def _discover() -> None:
-    """Import every engine module of this package (each registers itself)."""
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-
-
 def names(local_only: bool = False) -> tuple[str, ...]:
     """The registered engines in their order (local_only: those that run the loaded model)."""
-    found = sorted(_ENGINES.values(), key=lambda e: e.order)
-    return tuple(e.name for e in found if e.local or not local_only)
+    return tuple(e.name for e in ENGINES.values() if e.local or not local_only)
 
 
 def get(name: str) -> type[Engine]:
-    if name not in _ENGINES:
-        raise ValueError(f"unknown engine {name!r}; the engines are {', '.join(names())}")
-    return _ENGINES[name]
+    return ENGINES.get(name)
 
 
 def knob_table(engine_names: tuple[str, ...]) -> dict[str, tuple]:
@@ -191,13 +180,11 @@ def check_lengths(lm, requests) -> None:
 def check_context(info, requests) -> None:
     """Refuse a request whose prompt plus output is past the model's context window (the real
     engines' check and the simulator's)."""
-    limit = info.max_positions
     for r in requests:
-        if limit and len(r.prompt_ids) + r.max_tokens > limit:
-            raise ValueError(
-                f"request {r.id} asks for {len(r.prompt_ids)} prompt + {r.max_tokens} new tokens, "
-                f"more than {info.name}'s context of {limit} positions"
-            )
+        info.check_context(
+            len(r.prompt_ids) + r.max_tokens,
+            f"request {r.id} ({len(r.prompt_ids)} prompt + {r.max_tokens} new tokens)",
+        )
 
 
 def check_vocabulary(lm, requests) -> None:
@@ -212,5 +199,5 @@ def check_vocabulary(lm, requests) -> None:
             )
 
 
-_discover()
+ENGINES.discover(__name__)
 NAMES = names()

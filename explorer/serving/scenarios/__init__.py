@@ -45,19 +45,25 @@ reads it to offer a scenario only for an engine that has them.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from explorer._registry import Registry
 from explorer.serving import engines
 from explorer.serving.run import RunInterrupted, ServingResult
-from explorer.serving.scenarios._context import Context, Plan, check_memory_budget, run_dict
+from explorer.serving.scenarios._context import (
+    ScenarioContext,
+    ScenarioRun,
+    check_memory_budget,
+    run_dict,
+)
 
-_SCENARIOS: dict[str, Scenario] = {}
+SCENARIOS: Registry[Scenario] = Registry(
+    "scenario", same=lambda sc: (type(sc).__module__, type(sc).__qualname__)
+)
 SCALES = ("small", "default")  # the measured presets (modelled: the scenario's GPU-scale one)
 
 
@@ -112,17 +118,17 @@ class Scenario:
         (--hardware: GPU scale in the simulator)."""
         raise NotImplementedError
 
-    def sizes(self, ctx: Context) -> dict:
+    def sizes(self, ctx: ScenarioContext) -> dict:
         """The preset of ctx's scale ("modelled" with --hardware), with ctx.sizes over it."""
         return {**self.presets()["modelled" if ctx.modelled else ctx.scale], **ctx.sizes}
 
-    def prepare(self, ctx: Context) -> None:
+    def prepare(self, ctx: ScenarioContext) -> None:
         """Before the two runs (a calibration run, say); notes go into ctx.notes."""
 
-    def broken(self, ctx: Context) -> Plan:
+    def broken(self, ctx: ScenarioContext) -> ScenarioRun:
         raise NotImplementedError
 
-    def fixed(self, ctx: Context) -> Plan:
+    def fixed(self, ctx: ScenarioContext) -> ScenarioRun:
         raise NotImplementedError
 
     def evidence(self, broken: ServingResult, fixed: ServingResult, notes: dict) -> dict:
@@ -135,7 +141,7 @@ class Scenario:
 
     # --- the run ----------------------------------------------------------------------------------
 
-    def execute(self, ctx: Context) -> tuple[ServingResult | None, ServingResult | None]:
+    def execute(self, ctx: ScenarioContext) -> tuple[ServingResult | None, ServingResult | None]:
         """(broken, fixed): fixed is None when the broken run was stopped (both before it)."""
         self.prepare(ctx)
         if ctx.stopped():
@@ -159,19 +165,17 @@ class ScenarioInterrupted(KeyboardInterrupt):
 
 def register(cls: type[Scenario]) -> type[Scenario]:
     """Class decorator: the scenario cls.name."""
-    _SCENARIOS[cls.name] = cls()
+    SCENARIOS.add(cls.name, cls())
     return cls
 
 
 def names() -> tuple[str, ...]:
     """The registered scenarios, in their order."""
-    return tuple(s.name for s in sorted(_SCENARIOS.values(), key=lambda s: s.order))
+    return tuple(SCENARIOS.names())
 
 
 def get(name: str) -> Scenario:
-    if name not in _SCENARIOS:
-        raise ValueError(f"unknown scenario {name!r}; the scenarios are {', '.join(names())}")
-    return _SCENARIOS[name]
+    return SCENARIOS.get(name)
 
 
 def catalog() -> list[dict]:
@@ -259,7 +263,7 @@ def run(
         check_modelled(name)
     if memory_budget_gb is not None:
         check_budget(name, memory_budget_gb, "cpu" if lm is None else lm.device)
-    ctx = Context.build(
+    ctx = ScenarioContext.build(
         lm,
         hardware=hardware,
         model=model,
@@ -298,13 +302,13 @@ def _partial_run(res: ServingResult | None) -> bool:
     return res is not None and bool(res.meta.get("partial"))
 
 
-def _cut(ctx: Context, res: ServingResult) -> tuple:
+def _cut(ctx: ScenarioContext, res: ServingResult) -> tuple:
     """(broken, fixed) when a run was interrupted: the cut run is the last one started."""
     done = ctx.results
     return (res, None) if not done else (done[0], res)
 
 
-def _partial(sc: Scenario, ctx: Context, broken, fixed) -> ScenarioResult:
+def _partial(sc: Scenario, ctx: ScenarioContext, broken, fixed) -> ScenarioResult:
     """What a stopped scenario keeps: its runs so far, marked partial, and no verdict."""
     cut = fixed if fixed is not None else broken
     which = "fixed" if fixed is not None else "broken"
@@ -330,16 +334,9 @@ def _partial(sc: Scenario, ctx: Context, broken, fixed) -> ScenarioResult:
     )
 
 
-def _discover() -> None:
-    """Import every scenario module of this package (each registers itself)."""
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-
-
 __all__ = [
-    "Context",
-    "Plan",
+    "ScenarioContext",
+    "ScenarioRun",
     "Scenario",
     "ScenarioInterrupted",
     "ScenarioResult",
@@ -357,4 +354,4 @@ __all__ = [
     "SCALES",
 ]
 
-_discover()
+SCENARIOS.discover(__name__)

@@ -1,5 +1,5 @@
-"""What a scenario's runs share: a Plan (workload + engine knobs), and the Context that runs it,
-measured on the loaded model (explorer.serving.serve) or modelled on a known chip (the
+"""What a scenario's runs share: a ScenarioRun (workload + engine knobs), and the
+ScenarioContext that runs it, measured on the loaded model (explorer.serving.serve) or modelled on a known chip (the
 simulator's what-if, explorer.serving.simulate.whatif)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ DEFAULT_ARCH = "arch:llama-3.1-8b"  # the model a --hardware scenario runs when 
 
 
 @dataclass
-class Plan:
+class ScenarioRun:
     """One run of a scenario: who asks what and when, through which engine with which knobs."""
 
     label: str
@@ -51,7 +51,7 @@ def run_dict(res: ServingResult) -> dict:
 
 
 @dataclass
-class Context:
+class ScenarioContext:
     """Where a scenario runs: the loaded model (measured) or a chip on paper (modelled)."""
 
     lm: object | None
@@ -86,7 +86,7 @@ class Context:
         scenario,
         scale="default",
         sizes=None,
-    ) -> Context:
+    ) -> ScenarioContext:
         if hardware is None:
             if lm is None:
                 raise ValueError(f"the {scenario} scenario runs a loaded model: give one")
@@ -137,7 +137,7 @@ class Context:
             return workload.requests(vocab_size=self.info.vocab_size)
         return workload.requests(lm or self.lm)
 
-    def serve(self, plan: Plan, lm=None, keep: bool = True) -> ServingResult:
+    def serve(self, plan: ScenarioRun, lm=None, keep: bool = True) -> ServingResult:
         """Run the plan (measured on lm, default the context's; or modelled); the result joins
         self.results unless keep=False (a warm-up or calibration run: not one of the two)."""
         where = f"modelled on {self.hardware}" if self.modelled else "measured"
@@ -147,10 +147,10 @@ class Context:
             self.results.append(res)
         return res
 
-    def _measure(self, plan: Plan, lm) -> ServingResult:
+    def _measure(self, plan: ScenarioRun, lm) -> ServingResult:
         return serve(lm, plan.workload, plan.engine, stop=self.stop, label=plan.label, **plan.knobs)
 
-    def _simulate(self, plan: Plan) -> ServingResult:
+    def _simulate(self, plan: ScenarioRun) -> ServingResult:
         from explorer.serving.simulate import simulate
         from explorer.serving.simulate.whatif import check_context
 

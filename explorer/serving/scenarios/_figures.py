@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
+from explorer._stats import percentile
 from explorer.serving.metrics import summarise
 from explorer.serving.run import ServingResult
 from explorer.serving.scenarios._context import preemptions
@@ -23,21 +22,15 @@ def headline(res: ServingResult) -> dict:
 
 
 def percentile_ms(seconds: list[float], p: float) -> float | None:
-    """numpy's percentile (as vLLM computes it) of these seconds, in ms; None when empty."""
-    return float(np.percentile(np.asarray(seconds) * 1e3, p)) if seconds else None
+    """The percentile (explorer._stats: interpolated, as vLLM) of these seconds, in ms; None when
+    empty."""
+    got = percentile(seconds, p)
+    return None if got is None else got * 1e3
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     """a / b, None when either is missing or b is 0."""
     return a / b if a is not None and b else None
-
-
-def times(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}x"
-
-
-def ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:,.0f} ms" if x >= 10 else f"{x:.1f} ms"
 
 
 def slot_utilisation(res: ServingResult) -> float | None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from explorer._format import ms_value, times
 from explorer.serving.metrics import summarise
 from explorer.serving.run import ServingResult
-from explorer.serving.scenarios import Plan, Scenario, register
-from explorer.serving.scenarios._figures import headline, ms, percentile_ms, ratio, times
+from explorer.serving.scenarios import Scenario, ScenarioRun, register
+from explorer.serving.scenarios._figures import headline, percentile_ms, ratio
 from explorer.serving.workload import Workload
 
 WORKLOAD = {
@@ -86,16 +87,18 @@ class ColdStart(Scenario):
         ctx.notes["load_s"] = load_s
         reqs = self.workload(ctx).requests(fresh)
         late = [replace(r, arrival_s=max(0.0, r.arrival_s - load_s)) for r in reqs]
-        res = ctx.serve(Plan("cold (loading as traffic arrives)", late, ctx.engine), lm=fresh)
+        res = ctx.serve(
+            ScenarioRun("cold (loading as traffic arrives)", late, ctx.engine), lm=fresh
+        )
         broken = delayed(res, {r.id: r.arrival_s for r in reqs}, load_s)
         del fresh
         if ctx.stopped():
             return broken, None
         warm = Workload(num_prompts=4, input_len=self.sizes(ctx)["input_len"], output_len=2, seed=1)
-        ctx.serve(Plan("warm-up", warm, ctx.engine, {"warmup": True}), keep=False)
+        ctx.serve(ScenarioRun("warm-up", warm, ctx.engine, {"warmup": True}), keep=False)
         if ctx.stopped():
             return broken, None
-        return broken, ctx.serve(Plan("warm", reqs, ctx.engine, {"warmup": True}))
+        return broken, ctx.serve(ScenarioRun("warm", reqs, ctx.engine, {"warmup": True}))
 
     def evidence(self, broken, fixed, notes) -> dict:
         def first(res) -> float | None:
@@ -127,7 +130,7 @@ class ColdStart(Scenario):
         o, first = ev["ttft_outliers"], ev["first_ttft_ms"]
         return (
             f"{ev['arrived_while_loading']} requests arrived during the {ev['load_s']:.2f} s "
-            f"load; first TTFT {ms(first['broken'])} cold vs {ms(first['fixed'])} warm, "
+            f"load; first TTFT {ms_value(first['broken'])} cold vs {ms_value(first['fixed'])} warm, "
             f"{o['broken']} TTFT outliers cold vs {o['fixed']} warm ({ev['outlier_threshold']}); "
             f"p99 TTFT {times(ev['p99_ttft_ratio'])} the warm run's"
         )

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from explorer.serving.scenarios import Plan, Scenario, register
-from explorer.serving.scenarios._figures import ms, percentile_ms, ratio, times
+from explorer._format import ms_value, times
+from explorer.serving.scenarios import Scenario, ScenarioRun, register
+from explorer.serving.scenarios._figures import percentile_ms, ratio
 from explorer.serving.workload import Workload
 
 LONG_ID = "long"
@@ -73,7 +74,7 @@ class HeadOfLine(Scenario):
             return
         shorts = Workload(num_prompts=s["shorts"], input_len=s["input_len"], output_len=8, seed=0)
         res = ctx.serve(
-            Plan("calibration (the short requests alone)", shorts, ctx.engine), keep=False
+            ScenarioRun("calibration (the short requests alone)", shorts, ctx.engine), keep=False
         )
         r = res.result
         at = ((r["median_ttft_ms"] or 0) + DECODING * (r["median_itl_ms"] or 0)) / 1e3
@@ -94,16 +95,16 @@ class HeadOfLine(Scenario):
         )
         return [*shorts, replace(long, id=LONG_ID, arrival_s=ctx.notes["long_at"])]
 
-    def plan(self, ctx, label: str, chunked: bool) -> Plan:
+    def plan(self, ctx, label: str, chunked: bool) -> ScenarioRun:
         s, reqs = self.sizes(ctx), self.requests(ctx)
         unchunked = max(len(r.prompt_ids) for r in reqs) + len(reqs)  # the whole prompt fits
         knobs = {"max_batch_tokens": s["chunk"] if chunked else unchunked}
-        return Plan(label, reqs, ctx.engine, knobs)
+        return ScenarioRun(label, reqs, ctx.engine, knobs)
 
-    def broken(self, ctx) -> Plan:
+    def broken(self, ctx) -> ScenarioRun:
         return self.plan(ctx, "one pass per prompt", chunked=False)
 
-    def fixed(self, ctx) -> Plan:
+    def fixed(self, ctx) -> ScenarioRun:
         return self.plan(ctx, "chunked prefill", chunked=True)
 
     def evidence(self, broken, fixed, notes) -> dict:
@@ -142,10 +143,10 @@ class HeadOfLine(Scenario):
             )
         return (
             f"the {ev['long_len']}-token prompt prefilled in one pass ({b['largest_prefill_tokens']} "
-            f"prefill tokens, {ms(b['slowest_iteration_ms'])}) stalls the others: their longest "
-            f"gap between tokens {ms(b['others_max_itl_ms'])} vs {ms(f['others_max_itl_ms'])} "
-            f"in chunks of {f['max_batch_tokens']}, p99 ITL {ms(b['others_p99_itl_ms'])} vs "
-            f"{ms(f['others_p99_itl_ms'])} ({times(ev['others_p99_itl_ratio'])}); the long "
-            f"prompt's TTFT {ms(b['long_ttft_ms'])} -> {ms(f['long_ttft_ms'])} "
+            f"prefill tokens, {ms_value(b['slowest_iteration_ms'])}) stalls the others: their longest "
+            f"gap between tokens {ms_value(b['others_max_itl_ms'])} vs {ms_value(f['others_max_itl_ms'])} "
+            f"in chunks of {f['max_batch_tokens']}, p99 ITL {ms_value(b['others_p99_itl_ms'])} vs "
+            f"{ms_value(f['others_p99_itl_ms'])} ({times(ev['others_p99_itl_ratio'])}); the long "
+            f"prompt's TTFT {ms_value(b['long_ttft_ms'])} -> {ms_value(f['long_ttft_ms'])} "
             f"({times(ev['long_ttft_ratio'])})"
         )

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 
-from explorer.serving.scenarios import Plan, Scenario, register
-from explorer.serving.scenarios._figures import headline, ms, ratio, recomputed_tokens, times
+from explorer._format import ms_value, times
+from explorer.serving.scenarios import Scenario, ScenarioRun, register
+from explorer.serving.scenarios._figures import headline, ratio, recomputed_tokens
 from explorer.serving.workload import Workload
 
 SHORT_FRACTION = 0.3  # the broken cache holds 30% of the KV the requests need together
@@ -48,7 +49,7 @@ class KVExhaustion(Scenario):
     def presets(self) -> dict[str, dict]:
         return {"small": SMALL, "default": LOCAL, "modelled": MODELLED}
 
-    def plan(self, ctx, label: str, fraction: float) -> Plan:
+    def plan(self, ctx, label: str, fraction: float) -> ScenarioRun:
         s = self.sizes(ctx)
         wl = Workload(
             num_prompts=s["num_prompts"],
@@ -57,12 +58,12 @@ class KVExhaustion(Scenario):
             seed=0,
         )
         knobs = {"num_blocks": blocks_for(s, fraction), "page_size": s["page_size"]}
-        return Plan(label, wl, ctx.engine, knobs)
+        return ScenarioRun(label, wl, ctx.engine, knobs)
 
-    def broken(self, ctx) -> Plan:
+    def broken(self, ctx) -> ScenarioRun:
         return self.plan(ctx, "KV cache too small", SHORT_FRACTION)
 
-    def fixed(self, ctx) -> Plan:
+    def fixed(self, ctx) -> ScenarioRun:
         return self.plan(ctx, "KV cache that holds them", ROOMY_FRACTION)
 
     def evidence(self, broken, fixed, notes) -> dict:
@@ -92,7 +93,7 @@ class KVExhaustion(Scenario):
             f"{b['preemptions']} preemptions with {b['num_blocks']} KV blocks, "
             f"{f['preemptions']} with {f['num_blocks']}; {ev['recomputed_share']:.0%} of the "
             f"prefill work recomputed evicted requests ({b['recomputed_tokens']} tokens); p99 "
-            f"ITL {times(ev['p99_itl_ratio'])} the healthy run's ({ms(b['p99_itl_ms'])} vs "
-            f"{ms(f['p99_itl_ms'])}; longest gap {ms(b['max_itl_ms'])} vs "
-            f"{ms(f['max_itl_ms'])}), throughput {times(ev['throughput_ratio'])}"
+            f"ITL {times(ev['p99_itl_ratio'])} the healthy run's ({ms_value(b['p99_itl_ms'])} vs "
+            f"{ms_value(f['p99_itl_ms'])}; longest gap {ms_value(b['max_itl_ms'])} vs "
+            f"{ms_value(f['max_itl_ms'])}), throughput {times(ev['throughput_ratio'])}"
         )

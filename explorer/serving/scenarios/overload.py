@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 
+from explorer._format import ms_value, number, times
 from explorer.serving.metrics import summarise
-from explorer.serving.scenarios import Plan, Scenario, register
-from explorer.serving.scenarios._figures import headline, ms, percentile_ms, ratio, times
+from explorer.serving.scenarios import Scenario, ScenarioRun, register
+from explorer.serving.scenarios._figures import headline, percentile_ms, ratio
 from explorer.serving.steady import judge
 from explorer.serving.workload import Workload
 
@@ -84,7 +85,7 @@ class Overload(Scenario):
         n, shape = s["calibration"], {"input_len": s["input_len"], "output_len": s["output_len"]}
         for label, count in (("warm-up", WARMUP), ("calibration (burst)", n)):
             wl = Workload(num_prompts=count, **shape, seed=1)
-            res = ctx.serve(Plan(label, wl, ctx.engine), keep=False)
+            res = ctx.serve(ScenarioRun(label, wl, ctx.engine), keep=False)
         ctx.notes.update(
             capacity_rps=res.result["request_throughput"],
             capacity_from=(
@@ -111,18 +112,18 @@ class Overload(Scenario):
             raise ValueError("overload: the calibration burst drained nothing (stopped?)")
         return cap
 
-    def broken(self, ctx) -> Plan:
+    def broken(self, ctx) -> ScenarioRun:
         rate = OVERLOAD * self.notes_capacity(ctx)
         ctx.notes["offered_rps"] = rate
         wl = self.workload(ctx, rate, self.sizes(ctx)["num_prompts"])
-        return Plan(f"{OVERLOAD}x capacity", wl, ctx.engine)
+        return ScenarioRun(f"{OVERLOAD}x capacity", wl, ctx.engine)
 
-    def fixed(self, ctx) -> Plan:
+    def fixed(self, ctx) -> ScenarioRun:
         cap, offered = self.notes_capacity(ctx), ctx.notes["offered_rps"]
         n = replicas_needed(offered, cap)
         ctx.notes["replicas"] = n
         wl = self.workload(ctx, offered / n, self.sizes(ctx)["fixed_prompts"])
-        return Plan(f"1 of {n} replicas", wl, ctx.engine)
+        return ScenarioRun(f"1 of {n} replicas", wl, ctx.engine)
 
     def evidence(self, broken, fixed, notes) -> dict:
         recs = sorted(broken.records, key=lambda r: r.arrival_s)
@@ -158,14 +159,14 @@ class Overload(Scenario):
     def verdict(self, ev: dict) -> str:
         state = {True: "steady", False: "unstable", None: "not judged"}
         growth = ev["queue_growth"]
-        trend = "n/a" if growth is None else f"{growth:+.2f}"
+        trend = number(growth, "+.2f")
         return (
             f"{state[ev['steady']]} at {OVERLOAD}x capacity: the waiting queue grows by {trend} "
             f"per arrival and median TTFT climbs {times(ev['ttft_climb'])} from the first quarter "
             f"of requests to the last (the first {ev['short_run_requests']} alone: p99 TTFT "
-            f"{ms(ev['short_run_p99_ttft_ms'])}, against {ms(ev['broken']['p99_ttft_ms'])} for "
+            f"{ms_value(ev['short_run_p99_ttft_ms'])}, against {ms_value(ev['broken']['p99_ttft_ms'])} for "
             f"the whole run); {ev['replicas']} replicas: {state[ev['fixed_steady']]}, p99 TTFT "
-            f"{ms(ev['fixed']['p99_ttft_ms'])}"
+            f"{ms_value(ev['fixed']['p99_ttft_ms'])}"
         )
 
 

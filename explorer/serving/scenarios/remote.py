@@ -154,10 +154,10 @@ def plans(name: str, lm) -> tuple:
     """The scenario's broken and fixed Plans at this machine's scale (what the servers are
     started to match: the workload is sent as is, the knobs become server flags)."""
     from explorer.serving import scenarios
-    from explorer.serving.scenarios._context import Context
+    from explorer.serving.scenarios._context import ScenarioContext
 
     sc = scenarios.get(name)
-    ctx = Context(lm, lm.info if lm is not None else None, "continuous")
+    ctx = ScenarioContext(lm, lm.info if lm is not None else None, "continuous")
     return sc.broken(ctx), sc.fixed(ctx)
 
 

@@ -9,8 +9,9 @@ decode, from each engine's own iterations.
 
 from __future__ import annotations
 
-from explorer.serving.scenarios import Plan, Scenario, register
-from explorer.serving.scenarios._figures import headline, ms, ratio, times
+from explorer._format import ms_value, share, times
+from explorer.serving.scenarios import Scenario, ScenarioRun, register
+from explorer.serving.scenarios._figures import headline, ratio
 from explorer.serving.workload import Workload
 
 SLOTS = 8
@@ -50,14 +51,14 @@ class Straggler(Scenario):
             seed=0,
         )
 
-    def broken(self, ctx) -> Plan:
-        return Plan(
+    def broken(self, ctx) -> ScenarioRun:
+        return ScenarioRun(
             f"static batches of {SLOTS}", self.workload(ctx), ctx.engine, {"max_batch": SLOTS}
         )
 
-    def fixed(self, ctx) -> Plan:
+    def fixed(self, ctx) -> ScenarioRun:
         knobs = {"max_requests_per_batch": SLOTS}
-        return Plan(f"continuous, {SLOTS} slots", self.workload(ctx), "continuous", knobs)
+        return ScenarioRun(f"continuous, {SLOTS} slots", self.workload(ctx), "continuous", knobs)
 
     def evidence(self, broken, fixed, notes) -> dict:
         lens = sorted(r.output_len for r in broken.records if r.ok)
@@ -82,13 +83,10 @@ class Straggler(Scenario):
     def verdict(self, ev: dict) -> str:
         b, f = ev["broken"], ev["fixed"]
 
-        def pct(x):
-            return "n/a" if x is None else f"{x:.0%}"
-
         return (
-            f"static batches of {ev['slots']} kept {pct(b['slot_utilisation'])} of their slots "
+            f"static batches of {ev['slots']} kept {share(b['slot_utilisation'])} of their slots "
             f"busy (outputs median {ev['output_len_median']}, longest {ev['output_len_max']} "
-            f"tokens); continuous batching {pct(f['slot_utilisation'])}; p99 E2E "
-            f"{ms(b['p99_e2el_ms'])} -> {ms(f['p99_e2el_ms'])}, throughput "
+            f"tokens); continuous batching {share(f['slot_utilisation'])}; p99 E2E "
+            f"{ms_value(b['p99_e2el_ms'])} -> {ms_value(f['p99_e2el_ms'])}, throughput "
             f"{times(ev['throughput_ratio'])}"
         )

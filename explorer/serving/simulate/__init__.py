@@ -6,8 +6,11 @@
 
 Rooms: steptime (one iteration's seconds from the cost model + a fitted machine), policy (each
 engine's scheduler, one function per decision), events (the discrete-event loop on a heap),
-profile (the profiling runs through the real engine, the cache file), validate (measured vs
-simulated per metric), whatif (a known chip and tensor parallelism on paper).
+run (simulate(): a workload through a policy to a modelled ServingResult, and the analytic
+saturation rate), profile (the profiling runs through the real engine, the cache file), validate
+(measured vs simulated per metric), whatif (a known chip and tensor parallelism on paper),
+capacity (the largest steady rate meeting the SLOs, and the latency-throughput curve), published
+(the what-if against published GPU serving runs).
 """
 
 from __future__ import annotations

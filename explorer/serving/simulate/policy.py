@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from explorer._registry import Registry
 from explorer.serving import engines
 from explorer.serving.engines.continuous import ContinuousKnobs, check_kv_budget
 from explorer.serving.metrics import RequestRecord
@@ -162,7 +163,11 @@ def preempt(starved: list[SimRequest], running: list[SimRequest]) -> list[SimReq
 
 # --- one policy class per engine ------------------------------------------------------------------
 
-_POLICIES: dict[str, type[Policy]] = {}
+POLICIES: Registry[type[Policy]] = Registry(
+    "simulator policy",
+    "simulator policies",
+    order=lambda cls: getattr(engines.ENGINES.entries.get(cls.engine), "order", 1000),
+)
 
 
 def policy(engine: str):
@@ -170,24 +175,19 @@ def policy(engine: str):
 
     def wrap(cls):
         cls.engine = engine
-        _POLICIES[engine] = cls
-        return cls
+        return POLICIES.add(engine, cls)
 
     return wrap
 
 
 def modelled() -> tuple[str, ...]:
     """The engines the simulator models, in the engines' order."""
-    return tuple(n for n in engines.names() if n in _POLICIES)
+    return tuple(POLICIES.names())
 
 
 def policy_for(engine: str, knobs: engines.Knobs) -> Policy:
     """The policy of `engine`, built from the knobs the real engine takes."""
-    if engine not in _POLICIES:
-        raise ValueError(
-            f"the simulator models {', '.join(modelled())}; {engine!r} is not one of them"
-        )
-    return _POLICIES[engine](knobs)
+    return POLICIES.get(engine)(knobs)
 
 
 class Policy:

@@ -27,6 +27,7 @@ import statistics
 from functools import lru_cache
 from pathlib import Path
 
+from explorer._format import pct
 from explorer.model.loader import ASSETS
 
 PUBLISHED = ASSETS / "published" / "runs.json"
@@ -362,8 +363,7 @@ def summary_text(s: dict) -> str:
         f"held out: {', '.join(s['held_out_sources'])}):"
     ]
     for line in s["summary"]:
-        f = "n/a" if line["fitted"] is None else f"{line['fitted']:.1f}%"
-        h = "n/a" if line["held_out"] is None else f"{line['held_out']:.1f}%"
+        f, h = pct(line["fitted"]), pct(line["held_out"])
         t = f" (target {line['target_pct']:.0f}%)" if line["target_pct"] else ""
         lines.append(
             f"  {line['metric']:<20} median |error| fitted {f} ({line['n_fitted']}), "

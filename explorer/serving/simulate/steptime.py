@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from explorer._stats import percentile
 from explorer.costs.calibrate import EffectiveRates, _nnls
 from explorer.costs.parts import Shape, forward_flops, shape_of
 
@@ -168,7 +169,7 @@ def fit(shape: Shape, train: list[dict], heldout: list[dict] | None = None, **me
         errs = _pct_errors(model, shape, held)
         model.n_heldout = len(held)
         model.heldout_err_pct = statistics.median(errs)
-        model.heldout_p90_err_pct = float(np.percentile(errs, 90))
+        model.heldout_p90_err_pct = percentile(errs, 90)
     return model
 
 

@@ -245,12 +245,12 @@ def check_expert_parallel(shape: Shape, tp: int, expert_parallel: bool) -> None:
         )
 
 
-def reserved_per_gpu(weights: float, kv_token: float, tp: int, settings: dict) -> dict:
+def reserved_per_gpu(weights: float, kv_bytes_per_token: float, tp: int, settings: dict) -> dict:
     """What each of `tp` GPUs holds: its share of the weights, the activation reserve, and the KV
     budget left of gpu_memory_utilization x memory (bytes; kv_tokens per GPU share)."""
     per_gpu = weights / tp
     reserve = settings["activation_reserve_gb"] * 1e9
-    return {"weights": per_gpu, "reserve": reserve, "kv_token": kv_token / tp}
+    return {"weights": per_gpu, "reserve": reserve, "kv_bytes_per_token": kv_bytes_per_token / tp}
 
 
 def chip_bytes(chip: Chip) -> float:
@@ -258,17 +258,17 @@ def chip_bytes(chip: Chip) -> float:
     return chip.memory_gb * 2**30
 
 
-def fits(chip: Chip, weights: float, kv_token: float, tp: int, settings: dict) -> bool:
-    r = reserved_per_gpu(weights, kv_token, tp, settings)
+def fits(chip: Chip, weights: float, kv_bytes_per_token: float, tp: int, settings: dict) -> bool:
+    r = reserved_per_gpu(weights, kv_bytes_per_token, tp, settings)
     usable = chip_bytes(chip) * settings["gpu_memory_utilization"]
-    return usable - r["weights"] - r["reserve"] >= r["kv_token"] * settings["page_size"]
+    return usable - r["weights"] - r["reserve"] >= r["kv_bytes_per_token"] * settings["page_size"]
 
 
-def suggest_tp(shape: Shape, chip: Chip, weights: float, kv_token: float, settings: dict):
+def suggest_tp(shape: Shape, chip: Chip, weights: float, kv_bytes_per_token: float, settings: dict):
     """The smallest tensor-parallel size that divides the heads and KV heads and whose GPUs each
     hold their weights, the activation reserve and at least one KV block (None: none does)."""
     for n in tp_sizes(shape):
-        if fits(chip, weights, kv_token, n, settings):
+        if fits(chip, weights, kv_bytes_per_token, n, settings):
             return n
     return None
 
@@ -276,12 +276,12 @@ def suggest_tp(shape: Shape, chip: Chip, weights: float, kv_token: float, settin
 def memory_plan(info, chip: Chip, tp: int, settings: dict, precision: Precision) -> dict:
     """Weights and KV per GPU, and the paged KV budget; refuses a model that cannot fit."""
     shape = shape_of(info)
-    weights, _, kv_token = model_bytes(info, precision)
-    r = reserved_per_gpu(weights, kv_token, tp, settings)
+    weights, _, kv_bytes_per_token = model_bytes(info, precision)
+    r = reserved_per_gpu(weights, kv_bytes_per_token, tp, settings)
     usable = chip_bytes(chip) * settings["gpu_memory_utilization"]
     free = usable - r["weights"] - r["reserve"]
-    if free < r["kv_token"] * settings["page_size"]:
-        n = suggest_tp(shape, chip, weights, kv_token, settings)
+    if free < r["kv_bytes_per_token"] * settings["page_size"]:
+        n = suggest_tp(shape, chip, weights, kv_bytes_per_token, settings)
         hint = f"try --tp {n}" if n else "no tensor-parallel size that divides the heads fits it"
         raise ValueError(
             f"{info.name} ({precision.dtype}) needs {weights / 1e9:.1f} GB of weights, "
@@ -290,13 +290,13 @@ def memory_plan(info, chip: Chip, tp: int, settings: dict, precision: Precision)
             f"a {settings['activation_reserve_gb']:.1f} GB activation reserve and one KV block "
             f"({hint})"
         )
-    tokens = int(free // r["kv_token"])
+    tokens = int(free // r["kv_bytes_per_token"])
     return {
         "weights_gb": weights / 1e9,
         "weights_per_gpu_gb": r["weights"] / 1e9,
         "kv_budget_gb_per_gpu": free / 1e9,
         "kv_tokens": tokens,
-        "kv_bytes_per_token_per_gpu": r["kv_token"],
+        "kv_bytes_per_token_per_gpu": r["kv_bytes_per_token"],
         "num_blocks": tokens // settings["page_size"],
     }
 
@@ -324,7 +324,7 @@ def chip_model(
     check_tp(shape, chip, tp)
     tflops = chip.tflops(precision.dtype)
     plan = memory_plan(info, chip, tp, settings, precision)
-    _, read, kv_token = model_bytes(info, precision)
+    _, read, kv_bytes_per_token = model_bytes(info, precision)
     model = ChipStepModel(
         s_per_byte=0.0,  # unused: the chip's peaks x efficiencies set the speeds (CHIP_RULE)
         s_per_flop=0.0,
@@ -347,7 +347,7 @@ def chip_model(
         weight_bytes=read,
         expert_bytes=one_expert_bytes(shape, precision),
         expert_parallel=expert_parallel,
-        kv_bytes_per_token=kv_token,
+        kv_bytes_per_token=kv_bytes_per_token,
         request_latency_s=settings["request_latency_s"],
         settings=settings,
     )

@@ -16,9 +16,9 @@ in range), the calibration the predictions used, and whatever the trick adds.
 
 How another module registers a trick (a module in this package is imported on discovery):
 
-    from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, figures, register_trick
+    from explorer.sweeps.pays import MEASURED, Axis, TrickContext, Trick, figures, register_trick
 
-    def setup(ctx: Context):                      # once per sweep, before the first point
+    def setup(ctx: TrickContext):                      # once per sweep, before the first point
         ...                                       # load what it needs; ctx.lm is the --model
         def point(value) -> dict:                 # one row's figures at ctx.axis = value
             return figures(baseline_s, trick_s, predicted_speedup,
@@ -42,8 +42,6 @@ parsed and sorted (names keep their order).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,10 +49,12 @@ from typing import Any
 
 import pandas as pd
 
+from explorer._registry import Registry
+from explorer.engine.settings import Spec
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import COLUMNS as GLOSSARY
 from explorer.sweeps._common import Bar, Progress, attrs, frame, measure_points
-from explorer.sweeps.pays._context import Context
+from explorer.sweeps.pays._context import TrickContext
 
 MEASURED, MODELLED = "measured", "modelled from measured parts"
 ROW_KEYS = [
@@ -105,31 +105,22 @@ class Axis:
     low: float = 1
     high: float | Callable[[Any], float | None] | None = None
 
+    def spec(self) -> Spec:
+        """The Spec of one value (its high, when a function of the model, is checked later)."""
+        label = f"--values for --over {self.name}"
+        if self.kind == "names":
+            return Spec(str, label, self.help)
+        high = None if callable(self.high) else self.high
+        return Spec(
+            int if self.kind == "ints" else float, label, self.help, low=self.low, high=high
+        )
+
     def parse(self, values: Sequence) -> list:
-        """The values as this axis's kind, in range (ValueError: one line naming --values)."""
-        out = []
-        for v in values:
-            if self.kind == "names":
-                out.append(str(v).strip())
-                continue
-            try:
-                x = float(v)
-                x = int(x) if self.kind == "ints" and x == int(x) else x
-                if self.kind == "ints" and not isinstance(x, int):
-                    raise ValueError
-            except (TypeError, ValueError):
-                kind = "whole numbers" if self.kind == "ints" else "numbers"
-                raise ValueError(
-                    f"--values for --over {self.name} must be {kind}, got {v!r}"
-                ) from None
-            if x < self.low:
-                raise ValueError(f"--values for --over {self.name} must be >= {self.low}, got {v}")
-            high = self.high if not callable(self.high) else None
-            if high is not None and x > high:
-                raise ValueError(f"--values for --over {self.name} must be <= {high}, got {v}")
-            out.append(x)
-        if not out:
+        """The values as this axis's kind, in range, sorted (names keep their order): ValueError,
+        one line naming --values (Spec.parse_list)."""
+        if not [v for v in values if str(v).strip()]:
             raise ValueError(f"--values: give at least one value, e.g. {_join(self.default)}")
+        out = self.spec().parse_list(list(values))
         return out if self.kind == "names" else sorted(set(out))
 
     def limit(self, info) -> float | None:
@@ -163,7 +154,7 @@ class Trick:
     title: str
     baseline: str  # what it is compared with, e.g. "the target model alone"
     axes: tuple[Axis, ...]
-    setup: Callable[[Context], Callable[[Any], dict]]
+    setup: Callable[[TrickContext], Callable[[Any], dict]]
     help: str = ""
     unit: str = "one forward pass"  # what baseline_s and trick_s time
     order: int = 100
@@ -179,26 +170,21 @@ class Trick:
         )
 
 
-_TRICKS: dict[str, Trick] = {}
+TRICKS: Registry[Trick] = Registry("trick", same=lambda t: t.setup)
 
 
 def register_trick(trick: Trick) -> Trick:
-    if trick.name in _TRICKS and _TRICKS[trick.name].setup is not trick.setup:
-        raise ValueError(f"two tricks are named {trick.name!r}")
     if not trick.axes:
         raise ValueError(f"trick {trick.name} sweeps no axis")
-    _TRICKS[trick.name] = trick
-    return trick
+    return TRICKS.add(trick.name, trick)
 
 
 def names() -> list[str]:
-    return [t.name for t in sorted(_TRICKS.values(), key=lambda t: (t.order, t.name))]
+    return TRICKS.names()
 
 
 def get_trick(name: str) -> Trick:
-    if name not in _TRICKS:
-        raise ValueError(f"--trick: unknown trick {name!r}; the tricks are {', '.join(names())}")
-    return _TRICKS[name]
+    return TRICKS.get(name)
 
 
 def figures(
@@ -295,7 +281,7 @@ def run(
     axis.check_model(values, lm.info)
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"--repeats must be a whole number >= 1, got {repeats!r}")
-    ctx = Context(lm, axis.name, values, repeats, warmup, notes, {}, seed, options)
+    ctx = TrickContext(lm, axis.name, values, repeats, warmup, notes, {}, seed, options)
     ctx.preset(peaks, calibration)
     progress_bar = Bar(len(values) * repeats, f"pays {t.name}", progress, bar)
     ctx.tick = progress_bar.update
@@ -324,7 +310,7 @@ def _row(trick: Trick, axis: Axis, value, got: dict) -> dict:
     return row
 
 
-def _attrs(ctx: Context, trick: Trick, rows: list[dict], partial: bool) -> dict:
+def _attrs(ctx: TrickContext, trick: Trick, rows: list[dict], partial: bool) -> dict:
     vals = [r["value"] for r in rows]
     measured = crossings(vals, [r["speedup"] for r in rows])
     predicted = crossings(vals, [r["predicted_speedup"] for r in rows])
@@ -369,14 +355,8 @@ def _at(found: list[float]) -> str:
     return f"{found[0]:.3g}" if found else "none in range"
 
 
-def _discover() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
 DEFAULT_TRICK = "kv-cache"
-_discover()
+TRICKS.discover(__name__)
 
 SWEEP = register(
     Sweep(
@@ -409,7 +389,7 @@ SWEEP = register(
                 "over",
                 None,
                 "the axis (default: the trick's first)",
-                choices=lambda: sorted({a.name for t in _TRICKS.values() for a in t.axes}),
+                choices=lambda: sorted({a.name for t in TRICKS.values() for a in t.axes}),
             ),
             REPEATS,
         ),
@@ -420,7 +400,7 @@ __all__ = [
     "MEASURED",
     "MODELLED",
     "Axis",
-    "Context",
+    "TrickContext",
     "Trick",
     "crossings",
     "crossover",

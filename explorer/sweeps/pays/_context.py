@@ -30,7 +30,7 @@ CAL_BATCHES, CAL_CONTEXTS, CAL_PREFILL = (1, 4), (16, 128), 64  # the passes a f
 
 
 @dataclass
-class Context:
+class TrickContext:
     lm: LoadedModel
     axis: str
     values: list

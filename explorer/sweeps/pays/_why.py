@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-def ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1e3:.3g} ms"
+from explorer._format import ms
 
 
 def regime_phrase(parts: dict) -> str:

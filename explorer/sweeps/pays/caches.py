@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from transformers import StaticCache
 
+from explorer._format import ms
 from explorer.costs.tricks import (
     kv_copy_bytes,
     prefix_expected_s,
@@ -30,14 +31,22 @@ from explorer.costs.tricks import (
 from explorer.engine.prefix import PrefixCache
 from explorer.model.passes import forward
 from explorer.sweeps._common import token_ids
-from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, figures, register_trick
+from explorer.sweeps.pays import (
+    MEASURED,
+    MODELLED,
+    Axis,
+    Trick,
+    TrickContext,
+    figures,
+    register_trick,
+)
 from explorer.sweeps.pays._context import one_pass
-from explorer.sweeps.pays._why import ms, regime_phrase
+from explorer.sweeps.pays._why import regime_phrase
 
 SUFFIX, PREFIX = 16, 256
 
 
-def _calibrated(ctx: Context, fed: int, context: int, extra_bytes: float = 0.0) -> float:
+def _calibrated(ctx: TrickContext, fed: int, context: int, extra_bytes: float = 0.0) -> float:
     """The calibrated latency of a batch-1 pass plus extra_bytes moved."""
     return ctx.predict(batch=1, tokens_fed=fed, context_len=context, extra_bytes=extra_bytes)
 
@@ -45,7 +54,7 @@ def _calibrated(ctx: Context, fed: int, context: int, extra_bytes: float = 0.0) 
 # --- static cache --------------------------------------------------------------------------------
 
 
-def static_setup(ctx: Context):
+def static_setup(ctx: TrickContext):
     lm = ctx.lm
     cache_len = ctx.options.get("cache_len", max(ctx.values))
     ctx.attrs["static_cache_len"] = cache_len
@@ -74,7 +83,7 @@ def static_setup(ctx: Context):
 
 
 class _Prefix:
-    def __init__(self, ctx: Context, prefix: int):
+    def __init__(self, ctx: TrickContext, prefix: int):
         lm, self.ctx, self.prefix = ctx.lm, ctx, prefix
         run = one_pass(lm, 1, prefix + SUFFIX, prefix + SUFFIX, seed=ctx.seed)
         self.full = run  # the prefill of prefix + suffix onto an empty cache
@@ -117,7 +126,7 @@ class _Prefix:
         )
 
 
-def prefix_setup(ctx: Context):
+def prefix_setup(ctx: TrickContext):
     ctx.attrs["suffix_tokens"] = SUFFIX
     if ctx.axis == "prefix":
         return lambda p: _Prefix(ctx, p).row(1.0)

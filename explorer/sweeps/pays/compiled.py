@@ -13,23 +13,24 @@ whole fitted step and per-layer overhead removed, bytes and FLOPs kept (a ceilin
 
 from __future__ import annotations
 
+from explorer._format import ms
 from explorer.costs.tricks import overhead_cut_speedup, overhead_removed_s
 from explorer.engine.options import Compiled, compile_mode
 from explorer.model.loader import LoadedModel, load
-from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, figures, register_trick
+from explorer.sweeps.pays import MEASURED, Axis, Trick, TrickContext, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
-from explorer.sweeps.pays._why import ms, regime_phrase
+from explorer.sweeps.pays._why import regime_phrase
 
 CONTEXT = 64
 
 
-def _model(ctx: Context, name: str) -> LoadedModel:
+def _model(ctx: TrickContext, name: str) -> LoadedModel:
     if name == ctx.lm.info.name:
         return ctx.lm
     return load(name, device=str(ctx.lm.device), dtype=ctx.lm.info.dtype)
 
 
-def _point(ctx: Context, lm: LoadedModel, batch: int) -> dict:
+def _point(ctx: TrickContext, lm: LoadedModel, batch: int) -> dict:
     compiled = Compiled(lm.model, compile_mode(True, lm.device))
     context = min(CONTEXT, lm.info.max_positions - 1) if lm.info.max_positions else CONTEXT
     eager = one_pass(lm, batch, 1, context, seed=ctx.seed)
@@ -55,7 +56,7 @@ def _point(ctx: Context, lm: LoadedModel, batch: int) -> dict:
     return figures(base_s, fast_s, overhead_cut_speedup(total, removed), split["regime"], why)
 
 
-def setup(ctx: Context):
+def setup(ctx: TrickContext):
     ctx.attrs["compile_mode"] = compile_mode(True, ctx.lm.device)
     ctx.attrs["context_len"] = CONTEXT
     if ctx.axis == "batch":

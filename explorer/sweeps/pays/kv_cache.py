@@ -9,13 +9,14 @@ tokens' K/V read. Per token the cached work grows linearly with L and the uncach
 
 from __future__ import annotations
 
+from explorer._format import ms
 from explorer.costs.tricks import ratio
-from explorer.sweeps.pays import Axis, Context, Trick, figures, register_trick
+from explorer.sweeps.pays import Axis, Trick, TrickContext, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
-from explorer.sweeps.pays._why import ms, regime_phrase
+from explorer.sweeps.pays._why import regime_phrase
 
 
-def setup(ctx: Context):
+def setup(ctx: TrickContext):
     def point(length: int) -> dict:
         base = one_pass(ctx.lm, 1, length, length, use_cache=False, seed=ctx.seed)
         fast = one_pass(ctx.lm, 1, 1, length, seed=ctx.seed)

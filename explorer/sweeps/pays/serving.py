@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import statistics
 
+from explorer._format import ms
+from explorer._stats import percentile
 from explorer.costs.parts import shape_of
 from explorer.costs.tricks import ratio
 from explorer.serving import Workload, serve
 from explorer.serving.simulate import simulate
 from explorer.serving.simulate.steptime import StepModel, busy_gap, fit, startup_delay
 from explorer.sweeps._common import StopSweep
-from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, register_trick
-from explorer.sweeps.pays._why import ms, regime_phrase
+from explorer.sweeps.pays import MEASURED, Axis, Trick, TrickContext, register_trick
+from explorer.sweeps.pays._why import regime_phrase
 
 # tiny workloads: one point takes a couple of seconds on a laptop CPU (a GPU user raises them)
 NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, MAX_BATCH = 8, 16, 12, 4
@@ -43,18 +45,18 @@ RATE_SPREAD = 0.0  # the rate axis keeps lengths fixed: one reason at a time
 SHORT_PROMPTS, SHORT_OUTPUT, LONG_LEN, LONG_OUTPUT = 4, 24, 192, 4
 
 
-def _opt(ctx: Context, name: str, default):
+def _opt(ctx: TrickContext, name: str, default):
     return ctx.options.get(name, default)
 
 
-def _run(ctx: Context, requests, engine: str, knobs: dict):
+def _run(ctx: TrickContext, requests, engine: str, knobs: dict):
     res = serve(ctx.lm, requests, engine, **knobs)
     if res.meta["status"] != "complete":
         raise StopSweep(f"a {engine} run did not complete ({res.meta['status']})")
     return res
 
 
-def _fit_steps(ctx: Context, runs) -> StepModel:
+def _fit_steps(ctx: TrickContext, runs) -> StepModel:
     """A step-time model (STEP_RULE) fitted on the measured iterations of some runs, with their
     measured idle gap between iterations and engine start (as explorer.serving.simulate.profile)."""
     points = [{"passes": i.passes, "seconds": i.seconds} for r in runs for i in r.iterations]
@@ -69,7 +71,7 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _alternate(ctx: Context, runs: dict) -> dict[str, list]:
+def _alternate(ctx: TrickContext, runs: dict) -> dict[str, list]:
     """Each named run (a no-argument function -> ServingResult) ctx.repeats times, alternately
     (A B, B A, ...), so drift on a shared machine falls on both alike."""
     out: dict[str, list] = {k: [] for k in runs}
@@ -81,7 +83,7 @@ def _alternate(ctx: Context, runs: dict) -> dict[str, list]:
     return out
 
 
-def _decode_split(ctx: Context, res) -> dict:
+def _decode_split(ctx: TrickContext, res) -> dict:
     """The split of the run's median decode-only iteration (its batch and mean context)."""
     its = [i for i in res.iterations if i.passes and i.prefill_tokens == 0 and i.decode_requests]
     its = sorted(its, key=lambda i: i.seconds)
@@ -97,7 +99,7 @@ def _decode_split(ctx: Context, res) -> dict:
 # --- continuous vs static batching ----------------------------------------------------------------
 
 
-def _workload(ctx: Context, value: float) -> Workload:
+def _workload(ctx: TrickContext, value: float) -> Workload:
     n = _opt(ctx, "num_prompts", NUM_PROMPTS if ctx.axis == "spread" else RATE_PROMPTS)
     inp, out = _opt(ctx, "input_len", INPUT_LEN), _opt(ctx, "output_len", OUTPUT_LEN)
     common = dict(num_prompts=n, input_len=inp, output_len=out, seed=ctx.seed)
@@ -114,7 +116,7 @@ def _workload(ctx: Context, value: float) -> Workload:
     )
 
 
-def setup_continuous(ctx: Context):
+def setup_continuous(ctx: TrickContext):
     batch = _opt(ctx, "max_batch", MAX_BATCH)
     knobs = {
         "static": {"max_batch": batch},
@@ -201,7 +203,7 @@ def _continuous_why(ctx, value, requests, base, fast, parts, batch: int) -> str:
 # --- chunked prefill -----------------------------------------------------------------------------
 
 
-def _chunk_requests(ctx: Context):
+def _chunk_requests(ctx: TrickContext):
     """Short requests decoding from t=0, and one long prompt arriving among them."""
     cap = (ctx.lm.info.max_positions or 10**6) - LONG_OUTPUT - 1
     long_len = min(_opt(ctx, "long_len", LONG_LEN), cap)
@@ -214,17 +216,15 @@ def _chunk_requests(ctx: Context):
 
 
 def _others_p99_itl(res) -> float | None:
-    gaps = sorted(g for r in res.records if r.id != "long" for g in r.itl)
-    if not gaps:
-        return None
-    return gaps[min(len(gaps) - 1, int(round(0.99 * (len(gaps) - 1))))]
+    """The short requests' p99 inter-token gap (s; explorer._stats.percentile, interpolated)."""
+    return percentile((g for r in res.records if r.id != "long" for g in r.itl), 99)
 
 
 def _long_ttft(res) -> float | None:
     return next((r.ttft for r in res.records if r.id == "long"), None)
 
 
-def setup_chunked(ctx: Context):
+def setup_chunked(ctx: TrickContext):
     shorts, long = _chunk_requests(ctx)
     whole = {"max_batch_tokens": len(long.prompt_ids) + len(shorts) + 1}
     _run(ctx, shorts[:1], "continuous", whole)  # warm-up, discarded
@@ -271,7 +271,7 @@ def setup_chunked(ctx: Context):
     return point
 
 
-def _prefill_split(ctx: Context, res, long_len: int) -> dict:
+def _prefill_split(ctx: TrickContext, res, long_len: int) -> dict:
     """The split of the baseline's iteration that prefilled the long prompt (as one prompt pass of
     long_len tokens: the decode rows beside it are a few tokens more)."""
     it = max(res.iterations, key=lambda i: i.prefill_tokens)

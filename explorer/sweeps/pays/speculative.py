@@ -18,7 +18,9 @@ say "modelled from measured parts".
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
+from explorer._format import ms
 from explorer.bench.speculative import LOOKUP_PROMPTS, benchmark, lookup_benchmark
 from explorer.costs.speculation import expected_tokens_per_round
 from explorer.costs.tricks import speculative_speedup
@@ -26,9 +28,16 @@ from explorer.engine.drafts import PromptLookup
 from explorer.engine.sampling import Sampling
 from explorer.engine.speculative import SpeculativeSession
 from explorer.model.loader import load
-from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, figures, register_trick
+from explorer.sweeps.pays import (
+    MEASURED,
+    MODELLED,
+    Axis,
+    Trick,
+    TrickContext,
+    figures,
+    register_trick,
+)
 from explorer.sweeps.pays._context import one_pass
-from explorer.sweeps.pays._why import ms
 
 CONTEXT, K, NEW_TOKENS = 64, 4, 32
 PROMPTS = (  # a fixed prompt set for alpha (prose and code, as the bundled models were trained on)
@@ -38,10 +47,19 @@ PROMPTS = (  # a fixed prompt set for alpha (prose and code, as the bundled mode
 )
 
 
+@dataclass(frozen=True)
+class PassTimes:
+    """The target's passes the speedup formula reads (s, medians at one batch size)."""
+
+    one_token_s: float  # t_1: the target's one-token decode pass
+    verify_s: float  # t_v: its (k + 1)-token verify pass
+    draft_s: float  # t_d: the draft's one-token pass (0 for prompt lookup)
+
+
 class _Spec:
     """The measured parts of one trick (model draft or prompt lookup) on ctx.lm."""
 
-    def __init__(self, ctx: Context, lookup: bool):
+    def __init__(self, ctx: TrickContext, lookup: bool):
         self.ctx, self.lookup = ctx, lookup
         lm = ctx.lm
         if lookup:
@@ -76,7 +94,7 @@ class _Spec:
             self.ctx.attrs["alpha"][k] = self._alpha[k]
         return self._alpha[k]
 
-    def parts(self, batch: int, k: int) -> dict[str, float]:
+    def parts(self, batch: int, k: int) -> PassTimes:
         """t_1, t_v and t_d at this batch, measured alternately (medians)."""
         ctx, lm = self.ctx, self.ctx.lm
         one = one_pass(lm, batch, 1, CONTEXT, seed=ctx.seed)
@@ -85,7 +103,7 @@ class _Spec:
         td = 0.0
         if not self.lookup:
             td = ctx.time(one_pass(self.draft, batch, 1, CONTEXT, seed=ctx.seed), self.draft)
-        return {"t1": t1, "tv": tv, "td": td}
+        return PassTimes(one_token_s=t1, verify_s=tv, draft_s=td)
 
     def predicted(self, batch: int, k: int, alpha: float) -> float:
         ctx = self.ctx
@@ -119,13 +137,13 @@ class _Spec:
     def point(self, batch: int, k: int) -> dict:
         alpha = self.alpha(k)
         p = self.parts(batch, k)
-        modelled = speculative_speedup(alpha, k, p["tv"], p["td"], p["t1"])
-        split = self.ctx.split(p["t1"], batch=batch, tokens_fed=1, context_len=CONTEXT)
+        modelled = speculative_speedup(alpha, k, p.verify_s, p.draft_s, p.one_token_s)
+        split = self.ctx.split(p.one_token_s, batch=batch, tokens_fed=1, context_len=CONTEXT)
         if batch == 1:
             base_s, trick_s = self.session_speedup(k)
             how = MEASURED
         else:
-            base_s, trick_s, how = p["t1"], p["t1"] / modelled, MODELLED
+            base_s, trick_s, how = p.one_token_s, p.one_token_s / modelled, MODELLED
         for _ in range(self.ctx.repeats if batch == 1 else 0):
             self.ctx.tick()  # the session runs, beside the parts' repeats
         return figures(
@@ -138,26 +156,28 @@ class _Spec:
         )
 
 
-def _why(batch, k, alpha, p, regime, modelled, lookup) -> str:
-    v = p["tv"] / p["t1"]
+def _why(batch, k, alpha, p: PassTimes, regime, modelled, lookup) -> str:
+    v = p.verify_s / p.one_token_s
     paid = (
         "so rejected drafts are paid in full"
         if v > 0.6 * (k + 1)
         else "so drafts ride along on weights read once"
     )
     draft = (
-        "prompt lookup costs no pass" if lookup else f"a draft pass costs {p['td'] / p['t1']:.2f}"
+        "prompt lookup costs no pass"
+        if lookup
+        else f"a draft pass costs {p.draft_s / p.one_token_s:.2f}"
     )
     return (
         f"batch {batch} decode is {regime}-bound here: a {k + 1}-token verify pass costs about "
-        f"{v:.1f} times a 1-token pass ({ms(p['t1'])}), {paid}; alpha {alpha:.2f} gives "
+        f"{v:.1f} times a 1-token pass ({ms(p.one_token_s)}), {paid}; alpha {alpha:.2f} gives "
         f"{expected_tokens_per_round(alpha, k):.2f} tokens per round and {draft} "
         f"(parts-model speedup {modelled:.2f})"
     )
 
 
 def _setup(lookup: bool):
-    def setup(ctx: Context):
+    def setup(ctx: TrickContext):
         spec = _Spec(ctx, lookup)
         if ctx.axis == "batch":
             k = ctx.options.get("k", K)

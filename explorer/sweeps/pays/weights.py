@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from explorer.costs.tricks import fewer_bytes_speedup
 from explorer.model.loader import with_weights
-from explorer.sweeps.pays import MEASURED, Axis, Context, Trick, figures, register_trick
+from explorer.sweeps.pays import MEASURED, Axis, Trick, TrickContext, figures, register_trick
 from explorer.sweeps.pays._context import one_pass
 from explorer.sweeps.pays._why import regime_phrase
 
@@ -27,7 +27,7 @@ PAST = 16  # cached tokens before the fed ones
 BATCH_CONTEXT = 64  # context of the decode step at --over batch
 
 
-def _weight_bytes(ctx: Context, lm, batch: int, fed: int, context: int) -> tuple:
+def _weight_bytes(ctx: TrickContext, lm, batch: int, fed: int, context: int) -> tuple:
     """(weight bytes, other bound bytes, FLOPs) of one pass, modelled."""
     cost = ctx.cost(lm, batch, fed, context)
     weights = sum(v for k, v in cost.bytes.items() if k.startswith("weights/"))
@@ -35,7 +35,7 @@ def _weight_bytes(ctx: Context, lm, batch: int, fed: int, context: int) -> tuple
 
 
 def _setup(kind: str):
-    def setup(ctx: Context):
+    def setup(ctx: TrickContext):
         try:
             fast = with_weights(ctx.lm, kind)
         except ValueError as err:  # WeightsNotSupportedError or a model that is not float

@@ -177,7 +177,9 @@ def test_out_of_range_what_if_settings_are_refused_naming_the_field(llama8b, nam
 
 def test_a_prompt_past_the_context_is_refused(llama8b):
     _, reqs = replay.from_stats(1, input_mean=200_000, output_mean=10)
-    with pytest.raises(ValueError, match="more than arch:llama-3.1-8b's context of 131072"):
+    with pytest.raises(
+        ValueError, match="more than arch:llama-3.1-8b's context of 131,072 positions"
+    ):
         check_context(llama8b, reqs)
 
 
@@ -211,4 +213,4 @@ def test_cli_simulates_fp8_on_a_chip_and_shows_the_published_error(capsys):
 def test_cli_refuses_a_prompt_past_the_models_context(capsys):
     args = ["simulate", "--model", "arch:llama-3.1-8b", "--hardware", "h100", "--num-prompts", "1"]
     assert main([*args, "--input-len", "200000", "--output-len", "8"]) == 2
-    assert "more than arch:llama-3.1-8b's context of 131072" in capsys.readouterr().err
+    assert "more than arch:llama-3.1-8b's context of 131,072 positions" in capsys.readouterr().err
