@@ -8,6 +8,13 @@ from explorer.cli.simulate import add_simulate
 ORDER = 40
 
 
+def describe(m: dict, **kw) -> str:
+    """A timed figure with its spread and noisy mark (explorer.costs.noise.describe)."""
+    from explorer.costs.noise import describe as line
+
+    return line(m, **kw)
+
+
 def add(sub) -> None:
     _add_bench(sub)
 
@@ -69,13 +76,17 @@ def _cmd_bench_overhead(args) -> int:
         f"{out['warmup']} warm-up, {g['method']}"
     )
     for name, m in (("generate()", g), ("Session (top_n=20)", s)):
-        print(
-            f"  {name:<20} median {m['median_s'] * 1e3:9.1f} ms  (min {m['min_s'] * 1e3:.1f}, "
-            f"max {m['max_s'] * 1e3:.1f})  {m['median_s'] * 1e3 / out['new_tokens']:.2f} ms/token"
-        )
+        print(f"  {name:<20} {describe(m)}")
     print(
         f"  ratio session/generate = {out['ratio']:.3f}   same greedy tokens: {out['same_tokens']}"
     )
+    if out["recording_share"] is not None:
+        print(
+            f"  recording's share of a Session step: {100 * out['recording_share']:.1f}% "
+            "(wall time outside the forward pass: sampling chain, recording, bookkeeping)"
+        )
+    if out["noisy"]:
+        print("  the ratio is noisy: read it with the NOISY reasons above")
     return 0
 
 
@@ -325,14 +336,10 @@ def _cmd_bench_hooks(args) -> int:
     print(
         f"{out['model']} on {out['device']} ({out['dtype']}, {out['threads']} threads): "
         f"{out['new_tokens']} greedy tokens per run, {out['repeats']} alternating repeats (ABBA) after "
-        f"{out['warmup']} warm-up; per-token = median of the decode Steps' latencies ({out['plain']['method']})"
+        f"{out['warmup']} warm-up; per-token = median of the decode Steps' latencies, then the low quantile of the runs ({out['plain']['method']})"
     )
     for name, label in (("plain", "untouched copy"), ("inside", "after lens+attention+profile")):
-        m = out[name]
-        print(
-            f"  {label:<30} median {m['median_s'] * 1e3:7.3f} ms/token  "
-            f"(min {m['min_s'] * 1e3:.3f}, max {m['max_s'] * 1e3:.3f})"
-        )
+        print(f"  {label:<30} {describe(out[name], unit='ms/token')}")
     print(f"  ratio inside/plain = {out['ratio']:.3f}   hooks left: {out['hooks_left']}")
     return 0
 
@@ -406,11 +413,11 @@ def _cmd_bench_prefix(args) -> int:
     print(
         f"{out['model']} on {out['device']} ({out['dtype']}): a {out['prompt_tokens']}-token prompt whose "
         f"first {out['prefix_tokens']} tokens are cached ({out['prefix_kv_bytes'] / 1e6:.2f} MB of KV, "
-        f"built once in {out['build_s'] * 1e3:.1f} ms); TTFT = Session + first step, median of "
+        f"built once in {out['build_s'] * 1e3:.1f} ms); TTFT = Session + first step, a low quantile of "
         f"{out['repeats']} alternating repeats after a warm-up ({p['method']})"
     )
-    print(f"  no prefix cache   {p['median_s'] * 1e3:8.2f} ms  (min {p['min_s'] * 1e3:.2f})")
-    print(f"  prefix cache      {c['median_s'] * 1e3:8.2f} ms  (min {c['min_s'] * 1e3:.2f})")
+    print(f"  no prefix cache   {describe(p)}")
+    print(f"  prefix cache      {describe(c)}")
     print(
         f"  speedup {out['speedup']:.2f}x   max |logit difference| {out['max_abs_logit_diff']:.2e}"
     )

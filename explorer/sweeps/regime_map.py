@@ -12,7 +12,6 @@ same model, explorer.costs.overhead): cells whose bound is below it are overhead
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from explorer.model.loader import LoadedModel
 from explorer.model.passes import copy_cache, crop_cache
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
+    NOISE_COLUMNS,
     Bar,
     Progress,
     attrs,
@@ -35,6 +35,7 @@ from explorer.sweeps._common import (
     frame,
     measure_points,
     modelled,
+    noise_columns,
     peaks_for,
     prefill_cache,
     sizes,
@@ -62,6 +63,7 @@ COLUMNS = [
     "mbu_derived",
     "mfu_derived",
     "regime_derived",
+    *NOISE_COLUMNS,
 ]
 
 
@@ -169,12 +171,12 @@ class _Grid:
         with torch.inference_mode():
             cache.batch_repeat_interleave(B)
         feed = token_ids(lm.info, B, 1, lm.device, self.seed + 1)
-        samples = time_decode(
+        timed = time_decode(
             lm.model, cache, feed, repeats=self.repeats, warmup=WARMUP, device=lm.device,
             tick=self.tick,
         )  # fmt: skip
         del cache
-        return self._row(B, ctx, statistics.median(samples))
+        return self._row(B, ctx, timed.estimate) | noise_columns(timed)
 
     def _row(self, B: int, ctx: int, latency: float) -> dict:
         """Measured latency beside the modelled bound, calibrated prediction and KV size."""
