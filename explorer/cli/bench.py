@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from explorer.cli.common import print_json, whole, writable
 from explorer.cli.simulate import add_simulate
 
@@ -267,7 +269,11 @@ class CalibrationInterrupted(KeyboardInterrupt):
         self.frames = frames
 
 
+EXIT_TOO_BUSY = 3  # explorer bench calibrate on a machine too busy to fit
+
+
 def _cmd_bench_calibrate(args) -> int:
+    from explorer.costs.calibrate import MachineTooBusy
     from explorer.sweeps import get
 
     sweep = get("regime-map")
@@ -276,9 +282,14 @@ def _cmd_bench_calibrate(args) -> int:
     )
     writable(args.out, "--out")
     models = args.model or ["bundled:target", "arch:qwen2.5-0.5b"]
-    cal, frames = calibrate_models(
-        models, repeats=args.repeats, device=args.device, dtype=args.dtype, **kw
-    )
+    try:
+        cal, frames = calibrate_models(
+            models, repeats=args.repeats, device=args.device, dtype=args.dtype, **kw
+        )
+    except MachineTooBusy as err:  # no fit: nothing saved, --out keeps the last good one
+        kept = f"{args.out} keeps the last good fit" if args.out else "no calibration saved"
+        print(f"explorer: {err}; {kept}; try again when the machine is quieter", file=sys.stderr)
+        return EXIT_TOO_BUSY
     if args.out:
         cal.save(args.out)
     if args.json:
@@ -287,11 +298,18 @@ def _cmd_bench_calibrate(args) -> int:
     a = next(iter(frames.values())).attrs
     print(
         f"calibration on {a['device']} ({a['dtype']}, {a['threads']} threads): decode steps at batches "
-        f"{kw['batches']} x contexts {kw['contexts']}, median of {args.repeats} after 1 warm-up, "
+        f"{kw['batches']} x contexts {kw['contexts']}, a low quantile of {args.repeats} after 1 "
+        "warm-up (explorer.costs.noise), "
         f"{a['timer']}; {cal.n_train} steps fitted, {cal.n_heldout} held out"
     )
     print(f"  rule: {cal.rule}")
     print(f"  fitted: {cal.summary().split('; held-out')[0]}")
+    if cal.interference.get("median_cpu_share") is not None:
+        i = cal.interference
+        print(
+            f"  interference: on a CPU {100 * i['median_cpu_share']:.0f}% of the timed wall time "
+            f"(median of {i['cells']} cells), {i['noisy_cells']} cells noisy"
+        )
     for model, m in cal.per_model.items():
         print(
             f"  {model:<22} heldout_err_before_pct {m['heldout_err_before_pct']:6.1f}   "

@@ -9,7 +9,8 @@ wall time went to other work or to waiting (BUSY_RULE). The machine's load avera
 
 A figure is noisy when its spread passes SPREAD_LIMIT or other work took more than BUSY_LIMIT of
 this process's CPUs during it; the reason says which, in words a learner can read. Where the OS
-gives no CPU times, the spread alone decides and the reason says so.
+gives no CPU times, the spread alone decides and the reason says so; on a GPU too (the host's CPU
+share says nothing about the device), silently.
 
 The clocks are injectable (Clocks: wall, cpu, load) so tests check the bookkeeping on synthetic
 timings, never on this machine's speed.
@@ -17,6 +18,7 @@ timings, never on this machine's speed.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -101,6 +103,7 @@ def _load() -> float | None:
         return None
 
 
+@functools.cache
 def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -127,6 +130,7 @@ class Usage:
     threads: int = 1
     wall_s: float = 0.0
     cpu_s: float | None = 0.0  # None: the OS gave no CPU times
+    on_cpu: bool = True  # False: the work ran on a GPU; the CPU share is not its interference
 
     def add(self, wall_s: float, cpu_s: float | None) -> None:
         self.wall_s += wall_s
@@ -134,8 +138,9 @@ class Usage:
 
     @property
     def cpu_share(self) -> float | None:
-        """CPU time / (wall x threads), capped at 1; None without CPU times or wall time."""
-        if self.cpu_s is None or not self.wall_s > 0:
+        """CPU time / (wall x threads), capped at 1; None without CPU times or wall time, and off
+        a CPU."""
+        if self.cpu_s is None or not self.wall_s > 0 or not self.on_cpu:
             return None
         return min(1.0, self.cpu_s / (self.wall_s * max(self.threads, 1)))
 
@@ -190,3 +195,11 @@ def describe(m: dict, scale: float = 1e3, unit: str = "ms") -> str:
     if m.get("noisy"):
         return f"{text}  NOISY: {m['reason']}"
     return f"{text}  ({m['reason']})" if m.get("reason") else text
+
+
+def busy_reason(cpu_share: float | None) -> str | None:
+    """The noisy reason of one timed region (e.g. a Step) from its CPU share alone (one sample: no
+    spread); None when it is not noisy or the share is unknown."""
+    if cpu_share is None or 1 - cpu_share <= BUSY_LIMIT:
+        return None
+    return f"other work took {100 * (1 - cpu_share):.0f}% of this CPU during this measurement"

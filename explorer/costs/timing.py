@@ -28,10 +28,20 @@ def synchronize(device: torch.device | str) -> None:
 
 @dataclass
 class Timer:
-    """Measures one region: `with timer.region(): ...`; the seconds land in `timer.seconds`."""
+    """Measures one region: `with timer.region(): ...`; the seconds land in `timer.seconds`. On a
+    CPU the process's CPU time is read around it too (two clock reads): `timer.cpu_share`."""
 
     device: torch.device
     seconds: float = 0.0
+    cpu_s: float | None = None  # process CPU time (all threads) during the region; CPU only
+
+    @property
+    def cpu_share(self) -> float | None:
+        """CPU time / (wall x threads) of the last region (explorer.costs.noise); None off a CPU
+        or where the OS gives no CPU times."""
+        if self.cpu_s is None or not self.seconds > 0:
+            return None
+        return min(1.0, self.cpu_s / (self.seconds * _threads(None)))
 
     @property
     def method(self) -> str:
@@ -49,10 +59,14 @@ class Timer:
             self.seconds = start.elapsed_time(end) / 1e3
             return
         synchronize(self.device)
+        cpu = self.device.type == "cpu"
+        c0 = noise.CLOCKS.cpu() if cpu else None
         t0 = time.perf_counter()
         yield self
         synchronize(self.device)
         self.seconds = time.perf_counter() - t0
+        c1 = noise.CLOCKS.cpu() if cpu else None
+        self.cpu_s = None if c0 is None or c1 is None else c1 - c0
 
 
 def time_call(fn: Callable[[], object], device: torch.device | str) -> tuple[object, float]:
@@ -66,6 +80,12 @@ def time_call(fn: Callable[[], object], device: torch.device | str) -> tuple[obj
 def _threads(threads: int | None) -> int:
     """The CPUs a timed region can use: min(torch threads, usable cores)."""
     return max(1, min(threads or torch.get_num_threads(), noise.usable_cores()))
+
+
+def _usage(dev: torch.device, threads: int | None) -> noise.Usage:
+    """A Usage for regions on `dev`: off a CPU the CPU share says nothing about the device (the
+    host waits on it), so only the spread decides there."""
+    return noise.Usage(threads=_threads(threads), on_cpu=dev.type == "cpu")
 
 
 @dataclass
@@ -181,7 +201,7 @@ def alternate(
             if after is not None:
                 after()
     synchronize(dev)
-    usages = {n: noise.Usage(threads=_threads(threads)) for n in names}
+    usages = {n: _usage(dev, threads) for n in names}
     samples: dict[str, list[float]] = {n: [] for n in names}
     results: dict[str, list] = {n: [] for n in names}
     for r in range(repeats):

@@ -268,16 +268,26 @@ def points(df: pd.DataFrame) -> list[dict]:
 
 def calibration_from(frames: Iterable[pd.DataFrame]) -> Calibration:
     """One calibration fitted to the default train split of the cells of regime-map frames (one
-    per model; explorer.costs.calibrate.split_points), scored on their held-out cells."""
+    per model; explorer.costs.calibrate.split_points), scored on their held-out cells.
+    MachineTooBusy (no fit) when other work held the CPU while they were measured."""
     from explorer.costs import calibrate
 
     frames = list(frames)
     if not frames:
         raise ValueError("calibration needs at least one measured regime map")
+    cells = [
+        {"cpu_share": r.get("cpu_share_measured"), "spread": r.get("spread_measured")}
+        | {"noisy": r.get("noisy")}
+        for df in frames
+        for r in df.to_dict("records")
+    ]
+    calibrate.check_quiet(cells)
     pts = [p for df in frames for p in points(df)]
     train, heldout = calibrate.split_points(pts)
     a = frames[0].attrs
-    return calibrate.fit(train, heldout, device=a["device"], dtype=a["dtype"], threads=a["threads"])
+    cal = calibrate.fit(train, heldout, device=a["device"], dtype=a["dtype"], threads=a["threads"])
+    cal.interference = calibrate.interference(cells)
+    return cal
 
 
 SWEEP = register(

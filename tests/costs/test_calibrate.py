@@ -13,6 +13,15 @@ from explorer.engine.sampling import Sampling
 from explorer.engine.session import Session
 from explorer.sweeps.regime_map import points
 
+REAL_CHECK_QUIET = calibrate.check_quiet
+
+
+@pytest.fixture(autouse=True)
+def _any_load(monkeypatch):
+    """These tests check the fit, not this shared machine's load: the busy check is tested on
+    synthetic cells below (REAL_CHECK_QUIET)."""
+    monkeypatch.setattr(calibrate, "check_quiet", lambda cells: None)
+
 
 def _synthetic(model, layers, a, b, c, d, cells):
     return [
@@ -153,3 +162,35 @@ def test_cli_bench_calibrate_json(tmp_path, capsys):
         == 2
     )
     assert "at least 3 measured steps" in capsys.readouterr().err
+
+
+def test_a_machine_too_busy_to_fit_is_refused_in_one_line():
+    quiet = [{"cpu_share": 0.95, "spread": 0.02}] * 5
+    REAL_CHECK_QUIET(quiet)  # no error
+    busy = [{"cpu_share": 0.55, "spread": 0.02}] * 4 + [{"cpu_share": 1.0, "spread": 0.0}]
+    with pytest.raises(calibrate.MachineTooBusy, match=r"other work took 45% of this CPU .*median"):
+        REAL_CHECK_QUIET(busy)
+    no_cpu_times = [{"cpu_share": None, "spread": 0.4}] * 3
+    with pytest.raises(calibrate.MachineTooBusy, match="spread 40%.*cannot be read"):
+        REAL_CHECK_QUIET(no_cpu_times)
+    REAL_CHECK_QUIET([{"cpu_share": None, "spread": 0.05}] * 3)
+
+
+def test_cli_bench_calibrate_on_a_busy_machine_keeps_the_last_good_fit(
+    tmp_path, capsys, monkeypatch
+):
+    from explorer.cli import bench, main
+
+    out = tmp_path / "cal.json"
+    out.write_text('{"the": "last good fit"}')
+
+    def too_busy(*a, **kw):
+        REAL_CHECK_QUIET([{"cpu_share": 0.5, "spread": 0.1}] * 6)
+
+    monkeypatch.setattr(bench, "calibrate_models", too_busy)
+    args = ["bench", "calibrate", "--model", "bundled:target", "--out", str(out)]
+    assert main(args) == bench.EXIT_TOO_BUSY != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "too busy to fit" in err and "50%" in err
+    assert f"{out} keeps the last good fit" in err
+    assert out.read_text() == '{"the": "last good fit"}'
