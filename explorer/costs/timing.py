@@ -82,7 +82,7 @@ def _threads(threads: int | None) -> int:
     return max(1, min(threads or torch.get_num_threads(), noise.usable_cores()))
 
 
-def _usage(dev: torch.device, threads: int | None) -> noise.Usage:
+def usage_for(dev: torch.device, threads: int | None) -> noise.Usage:
     """A Usage for regions on `dev`: off a CPU the CPU share says nothing about the device (the
     host waits on it), so only the spread decides there."""
     return noise.Usage(threads=_threads(threads), on_cpu=dev.type == "cpu")
@@ -201,7 +201,7 @@ def alternate(
             if after is not None:
                 after()
     synchronize(dev)
-    usages = {n: _usage(dev, threads) for n in names}
+    usages = {n: usage_for(dev, threads) for n in names}
     samples: dict[str, list[float]] = {n: [] for n in names}
     results: dict[str, list] = {n: [] for n in names}
     for r in range(repeats):

@@ -165,3 +165,51 @@ def test_after_runs_untimed_after_every_call():
     )
     assert len(seen) == 3
     assert m.samples == pytest.approx([0.01, 0.01])
+
+
+def test_a_step_slowed_by_other_work_gets_a_badge_on_the_strip():
+    from explorer import plots
+    from explorer.engine.trace import Step
+    from explorer.plots.common import NOISY_COLOR
+
+    def step(i, share):
+        return Step(
+            index=i, phase="decode", tokens_fed=1, context_len=4 + i, token_id=5, token_text="a",
+            cpu_share=share,
+        )  # fmt: skip
+
+    cols = plots.strip_columns([step(1, 0.95), step(2, 0.4), step(3, None)])["tokens"]
+    assert list(cols["marker.line.color"]) == ["#fff", NOISY_COLOR, "#fff"]
+    assert "other work took 60% of this CPU" in cols["hovertext"][1]
+    assert "noisy" not in cols["hovertext"][0] and "noisy" not in cols["hovertext"][2]
+    assert noise.busy_reason(0.8) is None and noise.busy_reason(None) is None
+
+
+def test_a_sweep_says_which_rows_are_noisy_in_one_line_each(capsys):
+    import pandas as pd
+
+    from explorer.cli.sweep import print_noisy
+
+    df = pd.DataFrame(
+        [
+            {"batch": 1, "noisy": False, "noisy_reason": ""},
+            {"batch": 4, "noisy": True, "noisy_reason": "other work took 40% of this CPU"},
+        ]
+    )
+    print_noisy(df)
+    assert capsys.readouterr().out == "noisy: row 1: other work took 40% of this CPU\n"
+    print_noisy(df.drop(columns=["noisy"]))
+    assert capsys.readouterr().out == ""
+
+
+def test_a_sweep_chart_rings_its_noisy_points():
+    import pandas as pd
+
+    from explorer.plots.common import NOISY_COLOR
+    from explorer.plots.sweeps import _marks
+
+    df = pd.DataFrame({"noisy": [False, True, None]})
+    marks = _marks(df)
+    assert list(marks["marker.line.width"]) == [0.0, 2.0, 0.0]
+    assert marks["marker.line.color"][1] == NOISY_COLOR
+    assert _marks(pd.DataFrame({"batch": [1]})) == {}

@@ -189,6 +189,7 @@ class WhyTab(Tab):
             f"of {p['repeats']}; unprofiled latency "
             + (f"{p['latency_s'] * 1e3:.3g} ms" if p["latency_s"] else "not measured yet")
             + ")."
+            + (f" Noisy: {p['noisy_reason']}." if p.get("noisy") else "")
         )
         self.dash.guard.say(f"Profiled step {p['step']}.", "ok")
 
