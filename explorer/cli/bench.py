@@ -254,7 +254,7 @@ def calibrate_models(models, *, batches, contexts, repeats, device="auto", dtype
         del lm
         if sweeps.interrupted(frames[name]):  # never a fit of part of the grid
             raise CalibrationInterrupted(name, frames)
-    return calibration_from(frames.values()), frames
+    return calibration_from(frames.values(), refuse_busy=True), frames
 
 
 class CalibrationInterrupted(KeyboardInterrupt):

@@ -62,29 +62,38 @@ def interference(cells: list[dict]) -> dict[str, Any]:
     }
 
 
-def check_quiet(cells: list[dict]) -> None:
-    """MachineTooBusy when the median interference over the measured cells passes
-    noise.BUSY_LIMIT (cells: {"cpu_share", "spread"}; the regime map's cpu_share_measured and
-    spread_measured). Where no CPU times were read, the median spread decides (noise.SPREAD_LIMIT)."""
+def too_busy(cells: list[dict]) -> str | None:
+    """Why the machine was too busy to fit, in one line, or None: the median interference over
+    the measured cells passes noise.BUSY_LIMIT (cells: {"cpu_share", "spread"}; the regime map's
+    cpu_share_measured and spread_measured). Without CPU times the median spread decides
+    (noise.SPREAD_LIMIT)."""
     from explorer.costs import noise
 
     shares = [c["cpu_share"] for c in cells if c.get("cpu_share") is not None]
     if shares:
         busy = 1 - statistics.median(shares)
-        if busy > noise.BUSY_LIMIT:
-            raise MachineTooBusy(
-                f"the machine is too busy to fit a calibration: other work took {100 * busy:.0f}% "
-                f"of this CPU while its steps were measured (median of {len(shares)} cells; "
-                f"limit {100 * noise.BUSY_LIMIT:.0f}%)"
-            )
-        return
-    spreads = [c["spread"] for c in cells if c.get("spread") is not None]
-    if spreads and statistics.median(spreads) > noise.SPREAD_LIMIT:
-        raise MachineTooBusy(
-            f"the machine is too busy to fit a calibration: its steps' repeats spread "
-            f"{100 * statistics.median(spreads):.0f}% (median of {len(spreads)} cells; limit "
-            f"{100 * noise.SPREAD_LIMIT:.0f}%; {noise.NO_CPU_TIMES})"
+        if busy <= noise.BUSY_LIMIT:
+            return None
+        return (
+            f"the machine is too busy to fit a calibration: other work took {100 * busy:.0f}% "
+            f"of this CPU while its steps were measured (median of {len(shares)} cells; "
+            f"limit {100 * noise.BUSY_LIMIT:.0f}%)"
         )
+    spreads = [c["spread"] for c in cells if c.get("spread") is not None]
+    if not spreads or statistics.median(spreads) <= noise.SPREAD_LIMIT:
+        return None
+    return (
+        f"the machine is too busy to fit a calibration: its steps' repeats spread "
+        f"{100 * statistics.median(spreads):.0f}% (median of {len(spreads)} cells; limit "
+        f"{100 * noise.SPREAD_LIMIT:.0f}%; {noise.NO_CPU_TIMES})"
+    )
+
+
+def check_quiet(cells: list[dict]) -> None:
+    """MachineTooBusy (saying why) when too_busy(cells)."""
+    reason = too_busy(cells)
+    if reason:
+        raise MachineTooBusy(reason)
 
 
 class EffectiveRates:

@@ -227,7 +227,7 @@ class WhyTab(Tab):
         t0 = time.perf_counter()
         try:
             df = sweeps.run("regime-map", lm, progress=tick, bar=False, stop=self._stop, **kwargs)
-            cal = calibration_from([df])
+            cal = calibration_from([df], refuse_busy=True)  # busy: the last good fit stays
             calibrate.use(cal)
             self.calibration = cal
             with g.lock:
