@@ -20,6 +20,7 @@ def overhead_benchmark(
     repeats: int = 5,
     warmup: int = 1,
     top_n: int = 20,
+    quantile: float | None = None,
     clocks: noise.Clocks = noise.CLOCKS,
 ) -> dict:
     """Time transformers' generate() and a fully recording greedy Session, alternately, in this process.
@@ -46,7 +47,8 @@ def overhead_benchmark(
 
     gen_out, session = (run_generate(), run_session()) if warmup else (None, None)
     arms = {"generate": run_generate, "session": run_session}
-    times = alternate(arms, repeats, dev, warmup=warmup - 1, keep=True, clocks=clocks)
+    kw = dict(warmup=warmup - 1, quantile=quantile, keep=True, clocks=clocks)
+    times = alternate(arms, repeats, dev, **kw)
     g, s = times["generate"], times["session"]
     g.warmup = s.warmup = warmup
     out = {

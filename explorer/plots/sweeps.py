@@ -422,7 +422,7 @@ def _ladder_columns(df) -> Columns:
     ppl = _col(df, "perplexity")
     base = ppl[0] if len(ppl) else np.nan  # the first row is the eager baseline
     return {
-        "ms/token (measured)": {"x": x, "y": ms},
+        "ms/token (measured)": {"x": x, "y": ms, **_marks(df)},
         "bytes / copy bandwidth (modelled)": {"x": x, "y": floor},
         "% of copy bandwidth (derived)": {"x": x, "y": _col(df, "pct_of_copy_bw")},
         "perplexity change % (measured)": {"x": x, "y": 100 * (ppl / base - 1)},

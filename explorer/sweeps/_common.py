@@ -25,7 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
-from explorer.costs import hardware
+from explorer.costs import hardware, noise
 from explorer.costs.split import utilisation
 from explorer.costs.timing import Measurement, Timer, measure
 from explorer.model.device import is_out_of_memory
@@ -309,6 +309,20 @@ def time_decode(
         tick=tick,
         after=lambda: crop_cache(cache, past),
     )
+
+
+def from_steps(latencies: list[float], shares: list[float | None] | None = None) -> Measurement:
+    """The Measurement of recorded latencies, each its own timed region (e.g. a Session's decode
+    Steps, shares their Step.cpu_share): the one estimator over them, and the interference from the
+    shares that are known (none known, e.g. on a GPU: the spread alone decides)."""
+    known = [(t, s) for t, s in zip(latencies, shares or [], strict=False) if s is not None]
+    usage = noise.Usage(
+        threads=1,  # a Step's share is already per thread
+        wall_s=sum(t for t, _ in known),
+        cpu_s=sum(t * s for t, s in known),
+        on_cpu=bool(known),
+    )
+    return Measurement(list(latencies), usage=usage)
 
 
 NOISE_COLUMNS = ["spread_measured", "cpu_share_measured", "noisy", "noisy_reason"]

@@ -213,3 +213,14 @@ def test_a_sweep_chart_rings_its_noisy_points():
     assert list(marks["marker.line.width"]) == [0.0, 2.0, 0.0]
     assert marks["marker.line.color"][1] == NOISY_COLOR
     assert _marks(pd.DataFrame({"batch": [1]})) == {}
+
+
+def test_bench_overhead_refuses_a_quantile_its_repeats_cannot_estimate(capsys):
+    from explorer.cli import main
+
+    assert main(["bench", "overhead", "--repeats", "5", "--quantile", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "explorer: a 0.1 quantile needs at least 10 repeats, got 5; ask for --repeats 10 or more, "
+        "or quantile 0 (the minimum)\n"
+    )
