@@ -203,3 +203,15 @@ def busy_reason(cpu_share: float | None) -> str | None:
     if cpu_share is None or 1 - cpu_share <= BUSY_LIMIT:
         return None
     return f"other work took {100 * (1 - cpu_share):.0f}% of this CPU during this measurement"
+
+
+def noisy_summary(flags, reasons) -> str:
+    """'N of M points noisy (the first reason)' over a frame's noisy / noisy_reason columns (any
+    iterables; None for a frame without them); "" when none is noisy."""
+    if flags is None:
+        return ""
+    flags = [f is True or f == 1 for f in flags]
+    reasons = list(reasons) if reasons is not None else [""] * len(flags)
+    first = next((r for f, r in zip(flags, reasons, strict=False) if f and r), "")
+    n = sum(flags)
+    return f"{n} of {len(flags)} points noisy ({first})" if n else ""

@@ -224,3 +224,12 @@ def test_bench_overhead_refuses_a_quantile_its_repeats_cannot_estimate(capsys):
         "explorer: a 0.1 quantile needs at least 10 repeats, got 5; ask for --repeats 10 or more, "
         "or quantile 0 (the minimum)\n"
     )
+
+
+def test_a_frame_says_how_many_of_its_points_are_noisy():
+    reason = "other work took 40% of this CPU during this measurement"
+    assert noise.noisy_summary([False, True, None], ["", reason, ""]) == (
+        f"1 of 3 points noisy ({reason})"
+    )
+    assert noise.noisy_summary([False, False], ["", ""]) == ""
+    assert noise.noisy_summary(None, None) == ""
