@@ -1,7 +1,11 @@
 """Load benchmark (a report, not a test): N concurrent browser sessions against one `explorer app`.
 
-    python scripts/bench_load.py [--sessions 8] [--steps 20] [--pool-size 1] [--cull-idle-timeout 10]
+    python scripts/bench_load.py [--sessions 4,8] [--steps 20] [--pool-size 1] [--cull-idle-timeout 10]
                                  [--stagger S] [--json FILE]
+
+Each count in --sessions (default 4 and 8 visitors) is one run of its own server, one after the
+other. Each kernel's torch threads come from the cores and the pool size
+(explorer.app.voila.sharing.THREADS_RULE), as `explorer app` sets them.
 
 Each session is its own browser context (own cookies, own kernel) in one Debian chromium; all of them
 open the dashboard at once and then click Step `--steps` times, each click timed on the page's clock
@@ -164,7 +168,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--sessions", default="4,8", help="visitor counts, one run each (e.g. 4,8)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--pool-size", type=int, default=1)
     ap.add_argument("--cull-idle-timeout", type=int, default=10)
@@ -181,12 +185,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        counts = [int(v) for v in str(args.sessions).split(",") if v.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        print(
+            f"bench_load: --sessions takes whole numbers >= 1, e.g. 4,8; got {args.sessions!r}",
+            file=sys.stderr,
+        )
+        return 2
     reason = bs.browser_unavailable()
     if reason:
         print(f"bench_load: {reason}", file=sys.stderr)
         return 2
+    runs, ok = {}, True
+    for n in counts:
+        args.sessions = n
+        print(f"--- {n} visitors")
+        runs[n], good = run_once(args)
+        ok = ok and good
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=2, default=str))
+    return 0 if ok else 1
+
+
+def run_once(args: argparse.Namespace) -> tuple[dict, bool]:
+    """One server, args.sessions visitors: the report, and whether it passed its checks."""
+    from explorer.app.voila.config import AppConfig
+
     out: dict = {
         "sessions": args.sessions,
+        "threads_per_kernel": AppConfig(pool_size=args.pool_size).threads,
         "steps": args.steps,
         "pool_size": args.pool_size,
         "cull_idle_timeout_s": args.cull_idle_timeout,
@@ -198,11 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     out["load_average_end"] = os.getloadavg()
     summarise(results, out)
     print_report(out, args)
-    text = json.dumps(out, indent=2, default=str)
-    if args.json:
-        Path(args.json).write_text(text)
-    ok = out["failures"] == 0 and out["kernels_alive_after_close"] == args.pool_size
-    return 0 if ok else 1
+    return out, out["failures"] == 0 and out["kernels_alive_after_close"] == args.pool_size
 
 
 def measure(args: argparse.Namespace, out: dict) -> list[dict]:
@@ -252,6 +278,7 @@ def summarise(results: list[dict], out: dict) -> None:
                 "tti_s": r["tti_s"],
                 "steps_ok": len(lat),
                 "median_ms": statistics.median(lat) if lat else None,
+                "p25_ms": pct(lat, 0.25),
                 "p95_ms": pct(lat, 0.95),
                 "failures": r["failures"],
                 "console_errors": r["console_errors"],
@@ -272,9 +299,10 @@ def print_report(out: dict, args: argparse.Namespace) -> None:
         med = f"{p['median_ms']:.0f}" if p["median_ms"] is not None else "-"
         p95 = f"{p['p95_ms']:.0f}" if p["p95_ms"] is not None else "-"
         tti = f"{p['tti_s']:.1f}" if p["tti_s"] is not None else "-"
+        p25 = f"{p['p25_ms']:.0f}" if p["p25_ms"] is not None else "-"
         print(
-            f"session {p['session']}: interactive after {tti} s, {p['steps_ok']}/{args.steps} steps, "
-            f"step median {med} ms, p95 {p95} ms, failures {len(p['failures'])}"
+            f"visitor {p['session']}: interactive after {tti} s, {p['steps_ok']}/{args.steps} steps, "
+            f"Step latency p25 {p25} ms, median {med} ms, p95 {p95} ms, failures {len(p['failures'])}"
         )
     print(
         f"all steps: median {out['all_steps']['median_ms']} ms, p95 {out['all_steps']['p95_ms']} ms"
@@ -284,6 +312,11 @@ def print_report(out: dict, args: argparse.Namespace) -> None:
         f"peak memory, server + kernels: {pk['pss']:.0f} MB PSS ({pk['rss']:.0f} MB RSS, {pk['processes']} processes)"
     )
     print(f"failures: {out['failures']}")
+    print(
+        f"{out['sessions']} visitors on {out['cpus']} cores, {out['threads_per_kernel']} torch "
+        f"threads per kernel; load average {out['load_average_start'][0]:.1f} at the start, "
+        f"{out['load_average_end'][0]:.1f} at the end (other work on the machine slows every step)"
+    )
     print(
         f"kernels: {out['kernels_when_tabs_closed']} when the tabs closed, {out['kernels_alive_after_close']} "
         f"after culling (pool size {args.pool_size})"

@@ -47,7 +47,9 @@ def test_config_validates_and_builds_the_voila_command(tmp_path):
     assert "--preheat_kernel=False" in serve.voila_command(
         config.AppConfig(pool_size=0), notebook=tmp_path
     )
-    assert config.AppConfig(threads=0).threads == max(1, (os.cpu_count() or 2) - 1)
+    assert config.AppConfig(threads=0).threads == max(1, (os.cpu_count() or 2) - 1)  # pool of 1
+    cores = os.cpu_count() or 2
+    assert config.AppConfig(threads=0, pool_size=4).threads == max(1, (cores - 1) // 4)
     assert serve.kernel_env(config.AppConfig(threads=3), base={})["OMP_NUM_THREADS"] == "3"
     for bad in (
         dict(port=0),

@@ -7,6 +7,7 @@ import contextlib
 import threading
 import time
 
+from explorer.app.voila.sharing import sharing_note
 from explorer.engine.sampling import Sampling
 
 NOISE_NOTE = (
@@ -31,9 +32,10 @@ def ready_text(lm, fallback_note: str = "") -> str:
         else " It has no tokenizer: the prompt is fed as its UTF-8 bytes (or type token ids: "
         "1 2 3) and tokens show as <id>."
     )
+    shared = sharing_note()
     return (
         f"{fallback_note}{info.name}: {info.parameters / 1e6:.1f}M parameters, {info.layers} "
-        f"layers, on {info.device} {info.dtype}.{note}{tok} {HINT}"
+        f"layers, on {info.device} {info.dtype}.{note}{tok}{' ' + shared if shared else ''} {HINT}"
     )
 
 

@@ -7,7 +7,7 @@ import statistics
 
 import torch
 
-from explorer.costs.timing import Measurement, Timer, alternate
+from explorer.costs.timing import alternate
 from explorer.engine.sampling import Sampling
 from explorer.engine.session import Session
 from explorer.engine.settings import check_int
@@ -46,13 +46,11 @@ def inside_benchmark(
         s.run()
         return statistics.median(st.latency_s for st in s.steps if st.phase == "decode")
 
-    for _ in range(warmup):
-        run("plain")
-        run("inside")
-    per_token = alternate({"plain": lambda: run("plain"), "inside": lambda: run("inside")}, repeats)
-    method = Timer(lm.device).method
-    plain = Measurement(per_token["plain"], warmup=warmup, method=method)
-    inside = Measurement(per_token["inside"], warmup=warmup, method=method)
+    per_token = alternate(
+        {"plain": lambda: run("plain"), "inside": lambda: run("inside")},
+        repeats, lm.device, warmup=warmup, own_figure=True,
+    )  # fmt: skip
+    plain, inside = per_token["plain"], per_token["inside"]
     return {
         "model": lm.info.name,
         "device": str(lm.device),
@@ -63,6 +61,7 @@ def inside_benchmark(
         "warmup": warmup,
         "plain": plain.to_dict(),
         "inside": inside.to_dict(),
-        "ratio": inside.median / plain.median,
+        "ratio": inside.estimate / plain.estimate,
+        "noisy": plain.noisy or inside.noisy,
         "hooks_left": {k: hook_count(v.model) for k, v in arms.items()},
     }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from explorer.costs.timing import Measurement, Timer, alternate, synchronize, time_call
+from explorer.costs import noise
+from explorer.costs.timing import alternate
 from explorer.engine.prompt import eos_ids, pad_id
 from explorer.engine.sampling import Sampling
 from explorer.engine.session import Session
@@ -19,12 +20,17 @@ def overhead_benchmark(
     repeats: int = 5,
     warmup: int = 1,
     top_n: int = 20,
+    quantile: float | None = None,
+    clocks: noise.Clocks = noise.CLOCKS,
 ) -> dict:
     """Time transformers' generate() and a fully recording greedy Session, alternately, in this process.
 
     Both make exactly `new_tokens` tokens from the same prompt (generate with min_new_tokens, the
     Session with stop_at_eos=False). Repeats alternate the order (ABBA) so slow drift in a shared
-    machine's load hits both alike. Returns medians and the ratio session / generate.
+    machine's load hits both alike. Returns each arm's Measurement as a dict (a low quantile, its
+    spread, the interference), the ratio session / generate of the estimates, and the recording's
+    share of a Session step: the part of its wall time outside the forward passes (sampling chain,
+    recording, bookkeeping), the median over the timed runs.
     """
     check_int("new_tokens", new_tokens, 1)
     check_int("repeats", repeats, 1)
@@ -39,19 +45,12 @@ def overhead_benchmark(
         s.run()
         return s
 
-    for _ in range(warmup):
-        gen_out, session = run_generate(), run_session()
-    synchronize(dev)
-    times = alternate(
-        {
-            "generate": lambda: time_call(run_generate, dev)[1],
-            "session": lambda: time_call(run_session, dev)[1],
-        },
-        repeats,
-    )
-    method = Timer(dev).method
-    g = Measurement(times["generate"], warmup=warmup, method=method)
-    s = Measurement(times["session"], warmup=warmup, method=method)
+    gen_out, session = (run_generate(), run_session()) if warmup else (None, None)
+    arms = {"generate": run_generate, "session": run_session}
+    kw = dict(warmup=warmup - 1, quantile=quantile, keep=True, clocks=clocks)
+    times = alternate(arms, repeats, dev, **kw)
+    g, s = times["generate"], times["session"]
+    g.warmup = s.warmup = warmup
     out = {
         "model": lm.info.name,
         "device": str(dev),
@@ -64,11 +63,10 @@ def overhead_benchmark(
         "top_n": top_n,
         "generate": g.to_dict(),
         "session": s.to_dict(),
-        "ratio": s.median / g.median,
-        "per_token_ms": {
-            "generate": 1e3 * g.median / new_tokens,
-            "session": 1e3 * s.median / new_tokens,
-        },
+        "ratio": s.estimate / g.estimate,
+        "per_token_ms": {k: 1e3 * m.estimate / new_tokens for k, m in times.items()},
+        "noisy": g.noisy or s.noisy,
+        "recording_share": recording_share(s),
         "session_forward_ms": None,
         "same_tokens": None,
     }
@@ -76,7 +74,19 @@ def overhead_benchmark(
         gen_tokens = gen_out[0, len(prompt_ids) :].tolist()
         out["session_forward_ms"] = 1e3 * sum(st.latency_s for st in session.steps) / new_tokens
         out["same_tokens"] = _same_until_eos(session.tokens, gen_tokens, eos_ids(lm))
+    s.results.clear()
     return out
+
+
+def recording_share(m) -> float | None:
+    """The median over timed Session runs (m.results, m.samples) of 1 - forward time / wall time:
+    the share of a step the Session spends outside its forward passes."""
+    shares = [
+        1 - sum(st.latency_s for st in run.steps) / wall
+        for run, wall in zip(m.results, m.samples, strict=True)
+        if wall > 0
+    ]
+    return noise.median(shares) if shares else None
 
 
 def _generate_run(lm, prompt_ids: list[int], new_tokens: int):

@@ -16,7 +16,7 @@ from transformers import DynamicCache
 
 from explorer.costs import hardware
 from explorer.costs.speculation import breakeven_alpha, expected_speedup
-from explorer.costs.timing import Timer, alternate, time_call
+from explorer.costs.timing import alternate
 from explorer.engine.drafts import PromptLookup, check_k, vocab_size
 from explorer.engine.prompt import encode, eos_ids
 from explorer.engine.rounds import Round, round_stats, timed_forward
@@ -153,15 +153,9 @@ def lookup_benchmark(
             return s
 
         base, spec = plain(), lookup()  # warm-up, and the outputs compared
-        times = alternate(
-            {
-                "plain": lambda f=plain: time_call(f, lm.device)[1],
-                "lookup": lambda f=lookup: time_call(f, lm.device)[1],
-            },
-            repeats,
-        )
+        times = alternate({"plain": plain, "lookup": lookup}, repeats, lm.device)
         st = round_stats(spec.rounds)
-        t_plain, t_lookup = statistics.median(times["plain"]), statistics.median(times["lookup"])
+        t_plain, t_lookup = times["plain"].estimate, times["lookup"].estimate
         rows.append(
             {
                 "prompt": name,
@@ -179,7 +173,9 @@ def lookup_benchmark(
                 "plain_s": t_plain,
                 "lookup_s": t_lookup,
                 "speedup": t_plain / t_lookup,
-                "timer": Timer(lm.device).method,
+                "timer": times["plain"].method,
+                "noisy": times["plain"].noisy or times["lookup"].noisy,
+                "noisy_reason": "; ".join(m.reason for m in times.values() if m.noisy),
             }
         )
     return rows
@@ -244,22 +240,19 @@ def measure_cost_ratio(
     """Time the passes speculative decoding is made of, for any two models (vocabularies need not match):
     a draft decode pass (1 token), a target decode pass (1 token) and a target verify pass (k+1 tokens),
     each over a cached prefix of context_len random ids. The passes are interleaved (one of each per
-    repeat) so load on a shared machine hits all of them alike; medians over repeats. Returns c, v(k) and
+    repeat) so load on a shared machine hits all of them alike; a low quantile over repeats. Returns c, v(k) and
     the alpha from which speculative decoding pays off, per k, by expected_speedup()."""
     ks = [check_k(k) for k in ks]
     jobs = {"draft": _pass_job(draft, 1, context_len), "decode": _pass_job(target, 1, context_len)}
     jobs.update({f"verify{k}": _pass_job(target, k + 1, context_len) for k in ks})
-    samples: dict[str, list[float]] = {name: [] for name in jobs}
-    for rep in range(warmup + repeats):
-        for name, (once, device) in jobs.items():
-            sec = time_call(once, device)[1]
-            if rep >= warmup:
-                samples[name].append(sec)
-    t_draft, t_dec = statistics.median(samples["draft"]), statistics.median(samples["decode"])
+    arms = {name: once for name, (once, _) in jobs.items()}
+    timed = alternate(arms, repeats, target.device, warmup=warmup)  # one of each per round
+    est = {name: m.estimate for name, m in timed.items()}
+    t_draft, t_dec = est["draft"], est["decode"]
     c = t_draft / t_dec
     rows = []
     for k in ks:
-        t_ver = statistics.median(samples[f"verify{k}"])
+        t_ver = est[f"verify{k}"]
         v = t_ver / t_dec
         rows.append(
             {
@@ -284,10 +277,12 @@ def measure_cost_ratio(
         "draft_pass_s": t_draft,
         "target_decode_s": t_dec,
         "c": c,
-        "spread_s": {name: [min(x), max(x)] for name, x in samples.items()},
+        "spread_s": {name: [m.low, m.high] for name, m in timed.items()},
+        "noisy": any(m.noisy for m in timed.values()),
+        "noisy_reason": "; ".join(dict.fromkeys(m.reason for m in timed.values() if m.noisy)),
         "per_k": rows,
-        "timing": f"passes interleaved, median of {repeats} repeats after {warmup} warm-up, "
-        "perf_counter after device sync",
+        "timing": f"passes interleaved (ABBA), a low quantile of {repeats} repeats after "
+        f"{warmup} warm-up, perf_counter after device sync (explorer.costs.noise)",
     }
 
 

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 from explorer.cli.common import add_threads_flag, print_json, set_threads, whole, writable
 from explorer.cli.simulate import add_simulate
 
 ORDER = 40
+
+
+def describe(m: dict, **kw) -> str:
+    """A timed figure with its spread and noisy mark (explorer.costs.noise.describe)."""
+    from explorer.costs.noise import describe as line
+
+    return line(m, **kw)
 
 
 def add(sub) -> None:
@@ -31,6 +40,13 @@ def _add_bench_overhead(bench) -> None:
     )
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=whole(1), default=5)
+    p.add_argument(
+        "--quantile",
+        type=float,
+        default=None,
+        help="the low quantile each figure reports (default: 0.25 from 4 repeats, else the "
+        "minimum; 0 = the minimum)",
+    )
     p.add_argument("--warmup", type=int, default=1)
     add_threads_flag(p)
     p.add_argument("--json", action="store_true")
@@ -41,13 +57,21 @@ def _add_bench_overhead(bench) -> None:
 
 def _cmd_bench_overhead(args) -> int:
     from explorer.bench.overhead import overhead_benchmark
+    from explorer.costs.noise import check_repeats
     from explorer.model.loader import load
 
+    if args.quantile is not None:  # before loading: a bad pair fails fast, in one line
+        check_repeats(args.repeats, args.quantile)
     set_threads(args.threads)
     lm = load(args.model, device=args.device, dtype=args.dtype)
     ids = lm.tokenizer(args.prompt)["input_ids"] if lm.tokenizer is not None else list(range(1, 9))
     out = overhead_benchmark(
-        lm, ids, new_tokens=args.new_tokens, repeats=args.repeats, warmup=args.warmup
+        lm,
+        ids,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        quantile=args.quantile,
     )
     if args.json:
         print_json(out)
@@ -59,13 +83,17 @@ def _cmd_bench_overhead(args) -> int:
         f"{out['warmup']} warm-up, {g['method']}"
     )
     for name, m in (("generate()", g), ("Session (top_n=20)", s)):
-        print(
-            f"  {name:<20} median {m['median_s'] * 1e3:9.1f} ms  (min {m['min_s'] * 1e3:.1f}, "
-            f"max {m['max_s'] * 1e3:.1f})  {m['median_s'] * 1e3 / out['new_tokens']:.2f} ms/token"
-        )
+        print(f"  {name:<20} {describe(m)}")
     print(
         f"  ratio session/generate = {out['ratio']:.3f}   same greedy tokens: {out['same_tokens']}"
     )
+    if out["recording_share"] is not None:
+        print(
+            f"  recording's share of a Session step: {100 * out['recording_share']:.1f}% "
+            "(wall time outside the forward pass: sampling chain, recording, bookkeeping)"
+        )
+    if out["noisy"]:
+        print("  the ratio is noisy: read it with the NOISY reasons above")
     return 0
 
 
@@ -231,7 +259,7 @@ def calibrate_models(models, *, batches, contexts, repeats, device="auto", dtype
         del lm
         if sweeps.interrupted(frames[name]):  # never a fit of part of the grid
             raise CalibrationInterrupted(name, frames)
-    return calibration_from(frames.values()), frames
+    return calibration_from(frames.values(), refuse_busy=True), frames
 
 
 class CalibrationInterrupted(KeyboardInterrupt):
@@ -246,7 +274,11 @@ class CalibrationInterrupted(KeyboardInterrupt):
         self.frames = frames
 
 
+EXIT_TOO_BUSY = 3  # explorer bench calibrate on a machine too busy to fit
+
+
 def _cmd_bench_calibrate(args) -> int:
+    from explorer.costs.calibrate import MachineTooBusy
     from explorer.sweeps import get
 
     sweep = get("regime-map")
@@ -255,9 +287,14 @@ def _cmd_bench_calibrate(args) -> int:
     )
     writable(args.out, "--out")
     models = args.model or ["bundled:target", "arch:qwen2.5-0.5b"]
-    cal, frames = calibrate_models(
-        models, repeats=args.repeats, device=args.device, dtype=args.dtype, **kw
-    )
+    try:
+        cal, frames = calibrate_models(
+            models, repeats=args.repeats, device=args.device, dtype=args.dtype, **kw
+        )
+    except MachineTooBusy as err:  # no fit: nothing saved, --out keeps the last good one
+        kept = f"{args.out} keeps the last good fit" if args.out else "no calibration saved"
+        print(f"explorer: {err}; {kept}; try again when the machine is quieter", file=sys.stderr)
+        return EXIT_TOO_BUSY
     if args.out:
         cal.save(args.out)
     if args.json:
@@ -266,11 +303,18 @@ def _cmd_bench_calibrate(args) -> int:
     a = next(iter(frames.values())).attrs
     print(
         f"calibration on {a['device']} ({a['dtype']}, {a['threads']} threads): decode steps at batches "
-        f"{kw['batches']} x contexts {kw['contexts']}, median of {args.repeats} after 1 warm-up, "
+        f"{kw['batches']} x contexts {kw['contexts']}, a low quantile of {args.repeats} after 1 "
+        "warm-up (explorer.costs.noise), "
         f"{a['timer']}; {cal.n_train} steps fitted, {cal.n_heldout} held out"
     )
     print(f"  rule: {cal.rule}")
     print(f"  fitted: {cal.summary().split('; held-out')[0]}")
+    if cal.interference.get("median_cpu_share") is not None:
+        i = cal.interference
+        print(
+            f"  interference: on a CPU {100 * i['median_cpu_share']:.0f}% of the timed wall time "
+            f"(median of {i['cells']} cells), {i['noisy_cells']} cells noisy"
+        )
     for model, m in cal.per_model.items():
         print(
             f"  {model:<22} heldout_err_before_pct {m['heldout_err_before_pct']:6.1f}   "
@@ -315,14 +359,10 @@ def _cmd_bench_hooks(args) -> int:
     print(
         f"{out['model']} on {out['device']} ({out['dtype']}, {out['threads']} threads): "
         f"{out['new_tokens']} greedy tokens per run, {out['repeats']} alternating repeats (ABBA) after "
-        f"{out['warmup']} warm-up; per-token = median of the decode Steps' latencies ({out['plain']['method']})"
+        f"{out['warmup']} warm-up; per-token = median of the decode Steps' latencies, then the low quantile of the runs ({out['plain']['method']})"
     )
     for name, label in (("plain", "untouched copy"), ("inside", "after lens+attention+profile")):
-        m = out[name]
-        print(
-            f"  {label:<30} median {m['median_s'] * 1e3:7.3f} ms/token  "
-            f"(min {m['min_s'] * 1e3:.3f}, max {m['max_s'] * 1e3:.3f})"
-        )
+        print(f"  {label:<30} {describe(out[name], unit='ms/token')}")
     print(f"  ratio inside/plain = {out['ratio']:.3f}   hooks left: {out['hooks_left']}")
     return 0
 
@@ -396,11 +436,11 @@ def _cmd_bench_prefix(args) -> int:
     print(
         f"{out['model']} on {out['device']} ({out['dtype']}): a {out['prompt_tokens']}-token prompt whose "
         f"first {out['prefix_tokens']} tokens are cached ({out['prefix_kv_bytes'] / 1e6:.2f} MB of KV, "
-        f"built once in {out['build_s'] * 1e3:.1f} ms); TTFT = Session + first step, median of "
+        f"built once in {out['build_s'] * 1e3:.1f} ms); TTFT = Session + first step, a low quantile of "
         f"{out['repeats']} alternating repeats after a warm-up ({p['method']})"
     )
-    print(f"  no prefix cache   {p['median_s'] * 1e3:8.2f} ms  (min {p['min_s'] * 1e3:.2f})")
-    print(f"  prefix cache      {c['median_s'] * 1e3:8.2f} ms  (min {c['min_s'] * 1e3:.2f})")
+    print(f"  no prefix cache   {describe(p)}")
+    print(f"  prefix cache      {describe(c)}")
     print(
         f"  speedup {out['speedup']:.2f}x   max |logit difference| {out['max_abs_logit_diff']:.2e}"
     )

@@ -65,15 +65,25 @@ def run(args) -> int:
     else:
         a = df.attrs
         print(
-            f"sweep {args.kind}: {a['model']} on {a['device']} ({a['dtype']}, {a['threads']} threads), median of "
-            f"{a['repeats']} after {a['warmup']} warm-up, {a['timer']}"
+            f"sweep {args.kind}: {a['model']} on {a['device']} ({a['dtype']}, {a['threads']} threads), a low "
+            f"quantile of {a['repeats']} after {a['warmup']} warm-up (explorer.costs.noise), {a['timer']}"
         )
         with pd.option_context(
             "display.width", 200, "display.max_columns", 40, "display.float_format", "{:.4g}".format
         ):
-            print(df.to_string(index=False))
+            print(df.drop(columns=["noisy_reason"], errors="ignore").to_string(index=False))
+        print_noisy(df)
         if a.get("knee_batch_modelled", "absent") != "absent":
             print(f"roofline knee (modelled): B={a['knee_batch_modelled']}")
         for note in a["notes"]:
             print(f"note: {note}")
     return 130 if sweeps.interrupted(df) else 0
+
+
+def print_noisy(df) -> None:
+    """One line per row whose timing is noisy (explorer.costs.noise), with its reason."""
+    if "noisy" not in df or "noisy_reason" not in df:
+        return
+    for i, row in enumerate(df.to_dict("records")):
+        if row.get("noisy") is True:
+            print(f"noisy: row {i}: {row['noisy_reason']}")

@@ -46,6 +46,58 @@ class TooFewPoints(ValueError):
     """A fit that has fewer measured points than it needs (the message says how many)."""
 
 
+class MachineTooBusy(ValueError):
+    """The steps to fit were measured while other work held the CPU (explorer.costs.noise): no fit
+    is made, so no bad one is saved or used; the message says how busy, in one line."""
+
+
+def interference(cells: list[dict]) -> dict[str, Any]:
+    """How busy the machine was while the cells were measured: the median CPU share and spread,
+    and how many cells were marked noisy (cells: {"cpu_share", "spread", "noisy"})."""
+    shares = [c["cpu_share"] for c in cells if c.get("cpu_share") is not None]
+    spreads = [c["spread"] for c in cells if c.get("spread") is not None]
+    return {
+        "cells": len(cells),
+        "median_cpu_share": _median(shares),
+        "median_spread": _median(spreads),
+        "noisy_cells": sum(1 for c in cells if c.get("noisy")),
+    }
+
+
+def too_busy(cells: list[dict]) -> str | None:
+    """Why the machine was too busy to fit, in one line, or None: the median interference over
+    the measured cells passes noise.BUSY_LIMIT (cells: {"cpu_share", "spread"}; the regime map's
+    cpu_share_measured and spread_measured). Without CPU times the median spread decides
+    (noise.SPREAD_LIMIT)."""
+    from explorer.costs import noise
+
+    shares = [c["cpu_share"] for c in cells if c.get("cpu_share") is not None]
+    if shares:
+        busy = 1 - statistics.median(shares)
+        if busy <= noise.BUSY_LIMIT:
+            return None
+        return (
+            f"the machine is too busy to fit a calibration: other work took {100 * busy:.0f}% "
+            f"of this CPU while its steps were measured (median of {len(shares)} cells; "
+            f"limit {100 * noise.BUSY_LIMIT:.0f}%)"
+        )
+    spreads = [c["spread"] for c in cells if c.get("spread") is not None]
+    if not spreads or statistics.median(spreads) <= noise.SPREAD_LIMIT:
+        return None
+    return (
+        f"the machine is too busy to fit a calibration: its steps' repeats spread "
+        f"{100 * statistics.median(spreads):.0f}% (median of {len(spreads)} cells; limit "
+        f"{100 * noise.SPREAD_LIMIT:.0f}%; {noise.NO_CPU_TIMES})"
+    )
+
+
+def check_quiet(cells: list[dict]) -> None:
+    """MachineTooBusy (saying why) when too_busy(cells)."""
+    reason = too_busy(cells)
+    if reason:
+        raise MachineTooBusy(reason)
+
+
 class EffectiveRates:
     """GB/s and GFLOP/s of a fitted model with s_per_byte and s_per_flop (None when 0)."""
 
@@ -79,6 +131,7 @@ class Calibration(EffectiveRates):
     heldout_err_after_pct: float | None = None  # the calibrated formula's, same points
     per_model: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    interference: dict[str, Any] = field(default_factory=dict)  # how busy the machine was (noise)
 
     def predict(self, *, bytes: float, flops: float, layers: int) -> float:
         """Predicted latency (s) of a pass moving `bytes` (bound bytes) and doing `flops`."""

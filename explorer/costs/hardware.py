@@ -363,7 +363,7 @@ def last_level_cache_bytes(device: torch.device) -> int | None:
 
 def _rates(work: float, m: Measurement) -> tuple[float, float]:
     """(median rate, best rate) of `work` units per repeat."""
-    return work / m.median, work / m.spread[0]
+    return work / m.median, work / m.low
 
 
 def _copy_gbps(

@@ -5,8 +5,8 @@ A decode step cannot be faster than its memory floor (bytes / peak bandwidth) or
 per module, one kernel launch per op, the framework's bookkeeping. That last floor is measured here
 on a *skeleton* of the model: the same class and config (same layers, heads, attention
 implementation, the same op graph) with every width shrunk to a few values (hidden 8 per head,
-MLP 32, vocabulary 256), run through decode steps on this device. Its median latency is the
-overhead floor: measured (device, dtype and repeats stated), not modelled.
+MLP 32, vocabulary 256), run through decode steps on this device. Its latency (a low quantile of the
+repeats, explorer.costs.noise) is the overhead floor: measured (device, dtype and repeats stated), not modelled.
 
     regime = the largest of the three floors: "overhead" when the overhead floor exceeds the
              roofline bound (max of the memory and compute floors), else the bound's side.
@@ -19,12 +19,11 @@ batch 1, whose 2 GB of weights take far longer to read than its ops take to laun
 from __future__ import annotations
 
 import copy
-import statistics
 from typing import Any
 
 import torch
 
-from explorer.costs.timing import Timer
+from explorer.costs.timing import measure
 
 HEAD_DIM = 8  # the skeleton's per-head width
 MLP = 32
@@ -76,8 +75,9 @@ def _key(model, device) -> tuple:
 
 def overhead_floor(model, *, repeats: int = 15, warmup: int = 3) -> dict[str, Any]:
     """Measured latency of one decode step of the model's skeleton on the model's device and dtype
-    (median of `repeats` after `warmup`), cached per model config, device, dtype and threads.
-    Returns {"floor_s", "repeats", "device", "dtype", "method", "skeleton"}."""
+    (a low quantile of `repeats` after `warmup`), cached per model config, device, dtype and threads.
+    Returns {"floor_s", "repeats", "spread", "noisy", "noisy_reason", "device", "dtype", "method",
+    "skeleton"}."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -87,25 +87,27 @@ def overhead_floor(model, *, repeats: int = 15, warmup: int = 3) -> dict[str, An
     config = skeleton_config(model.config)
     torch.manual_seed(0)
     skeleton = type(model)(config).to(device=device, dtype=model.dtype).eval()
-    timer, samples = Timer(device), []
     with torch.inference_mode():
         cache = DynamicCache()
         ids = torch.zeros(1, 2, dtype=torch.long, device=device)
         skeleton(input_ids=ids, cache=cache, use_cache=True)
         one = ids[:, :1]
-        for i in range(warmup + repeats):
-            with timer.region():
-                skeleton(input_ids=one, cache=cache, use_cache=True)
-            if i >= warmup:
-                samples.append(timer.seconds)
+        timed = measure(
+            lambda: skeleton(input_ids=one, cache=cache, use_cache=True),
+            device,
+            repeats=repeats,
+            warmup=warmup,
+        )
     params = sum(p.numel() for p in skeleton.parameters())
-    del skeleton
     _FLOORS[key] = out = {
-        "floor_s": statistics.median(samples),
+        "floor_s": timed.estimate,
         "repeats": repeats,
+        "spread": timed.spread,
+        "noisy": timed.noisy,
+        "noisy_reason": timed.reason,
         "device": str(device),
         "dtype": str(model.dtype).replace("torch.", ""),
-        "method": f"measured: median decode step of a skeleton ({Timer(device).method})",
+        "method": f"measured: a low quantile of a skeleton's decode steps ({timed.method})",
         "skeleton": (
             f"{type(model).__name__}, {getattr(config, 'num_hidden_layers', '?')} layers, "
             f"hidden {_heads(config) * HEAD_DIM}, MLP {MLP}, vocab {VOCAB}, {params:,} parameters"

@@ -39,7 +39,8 @@ from contextlib import contextmanager
 import torch
 from torch.autograd.profiler import record_function
 
-from explorer.costs.timing import synchronize
+from explorer.costs import noise
+from explorer.costs.timing import Measurement, synchronize, usage_for
 from explorer.inside.hooks import InsideUnavailable, hooked
 from explorer.model.layout import LayoutError, layout
 
@@ -221,11 +222,15 @@ def profile_replay(
     if cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     wall: list[float] = []
+    usage = usage_for(device, None)  # how busy the machine was during the timed repeats
     with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(repeats + 1):
-            _run_once(model, replay, forward_kwargs or {}, sample, hooks, device, wall)
+        for i in range(repeats + 1):
+            with noise.Region(usage if i else noise.Usage()):
+                _run_once(model, replay, forward_kwargs or {}, sample, hooks, device, wall)
     per_repeat = attribute(prof.events(), cuda=cuda)[1:]  # drop the warm-up
     summary = _summary(per_repeat, wall[1:], cuda, cost, peaks)
+    timed = Measurement(wall[1:], warmup=1, usage=usage)
+    summary |= {"spread": timed.spread, "noisy": timed.noisy, "noisy_reason": timed.reason}
     return {
         "step": replay.index,
         "phase": "prefill" if replay.past == 0 else "decode",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from explorer.costs.timing import Measurement, Timer, alternate, time_call
+from explorer.costs.timing import alternate, time_call
 from explorer.model.passes import copy_cache, crop_cache, forward, kv_cache_bytes
 
 
@@ -167,15 +167,10 @@ def prefix_benchmark(
     a, b = first(True), first(False)  # warm-up, and the logits compared
     diff = float((a._last[1] - b._last[1]).abs().max())
     times = alternate(
-        {
-            "plain": lambda: time_call(lambda: first(False), lm.device)[1],
-            "cached": lambda: time_call(lambda: first(True), lm.device)[1],
-        },
-        repeats,
+        {"plain": lambda: first(False), "cached": lambda: first(True)}, repeats, lm.device
     )
-    method = Timer(lm.device).method
-    cached = Measurement(times["cached"], warmup=1, method=method)
-    plain = Measurement(times["plain"], warmup=1, method=method)
+    cached, plain = times["cached"], times["plain"]
+    cached.warmup = plain.warmup = 1  # the first() calls above
     return {
         "model": lm.info.name,
         "device": str(lm.device),
@@ -186,7 +181,7 @@ def prefix_benchmark(
         "prefix_kv_bytes": pc.bytes,
         "ttft_plain": plain.to_dict(),
         "ttft_cached": cached.to_dict(),
-        "speedup": plain.median / cached.median,
+        "speedup": plain.estimate / cached.estimate,
         "max_abs_logit_diff": diff,
         "repeats": repeats,
     }

@@ -73,6 +73,7 @@ class StepRecorder:
             stages=st["stages"],
             draw=draw_d,
             latency_s=self._timer.seconds,
+            cpu_share=self._timer.cpu_share,
             kv_cache_bytes=kv_cache_bytes(self._cache),
             device=self._device_name,
             dtype=self.lm.info.dtype,

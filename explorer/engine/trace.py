@@ -47,6 +47,9 @@ class Step:
         None  # {"u", "cdf_lo", "cdf_hi", "greedy"}: where the uniform draw fell in the final CDF
     )
     latency_s: float = 0.0  # forward pass, device-synchronised
+    cpu_share: float | None = (
+        None  # of latency_s x threads on a CPU (explorer.costs.noise); CPU only
+    )
     kv_cache_bytes: int = 0  # bytes the cache tensors hold after this pass (0 without cache)
     device: str = "cpu"
     dtype: str = "float32"

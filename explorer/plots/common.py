@@ -30,6 +30,8 @@ from plotly.basedatatypes import Undefined  # in a restyle: "leave this trace's 
 
 from explorer.engine.trace import Step
 
+NOISY_COLOR = "#e67e22"  # the badge of a noisy timed figure (explorer.costs.noise)
+
 Columns = dict[str, dict[str, np.ndarray]]
 
 PHASE_COLORS = {"prefill": "#d62728", "decode": "#1f77b4", "previous": "#9e9e9e"}

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.plots.common import LOG_AXIS, _house_style, _objs, replace
+from explorer.plots.common import LOG_AXIS, NOISY_COLOR, _house_style, _objs, replace
 from explorer.plots.sweeps import REGIME_COLORS, sweep_plot
 
 PAYS_COLOR, COSTS_COLOR = "#2ca02c", "#d62728"
@@ -165,14 +165,18 @@ def _pays_columns(df) -> dict[str, dict[str, Any]]:
         f"({r.get('how', 'measured')}); predicted {_num(r.get('predicted_speedup')):.3g}x; "
         f"baseline {_num(r.get('baseline_s')) * 1e3:.3g} ms, trick {_num(r.get('trick_s')) * 1e3:.3g} ms"
         f"<br>{r.get('why') or ''}"
+        + (f"<br>noisy timing: {r.get('noisy_reason')}" if r.get("noisy") is True else "")
         for r in rows
     )
+    noisy = [r.get("noisy") is True for r in rows]
     bad = [i for i, r in enumerate(rows) if _unstable(r)]
     cols: dict[str, dict[str, Any]] = {
         "speedup (measured)": {
             "x": xs,
             "y": np.array([math.nan if _unstable(r) else _num(r["speedup"]) for r in rows]),
             "hovertext": hover,
+            "marker.line.width": np.array([2.0 if n else 0.0 for n in noisy]),
+            "marker.line.color": _objs(NOISY_COLOR if n else "rgba(0,0,0,0)" for n in noisy),
         },
         "speedup (modelled: cost model)": {
             "x": xs,

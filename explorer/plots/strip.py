@@ -8,8 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from explorer.costs.noise import busy_reason
 from explorer.engine.trace import Step, Trace
-from explorer.plots.common import Columns, _arr, _layout, _objs, extend, show_token
+from explorer.plots.common import NOISY_COLOR, Columns, _arr, _layout, _objs, extend, show_token
 
 STRIP_WINDOW = 24
 # colour scale, its range and the colour bar's title; entropy uses a fixed 0-5 nats like the text strip
@@ -107,7 +108,8 @@ def _strip_title(color_by: str) -> str:
         "p final of the chosen token" if color_by == "prob" else "entropy of the final distribution"
     )
     return (
-        f"Colour: {what}  ·  outlined: prefill  ·  hatched: forced  ·  click a cell to inspect it"
+        f"Colour: {what}  ·  outlined: prefill  ·  orange edge: noisy timing  ·  hatched: forced"
+        "  ·  click a cell to inspect it"
     )
 
 
@@ -115,11 +117,13 @@ def strip_columns(steps: Sequence[Step], color_by: str = "prob") -> Columns:
     """One cell per step for strip_figure's 'tokens' trace."""
     _check_color_by(color_by)
     color = [s.prob_final if color_by == "prob" else s.entropy_final for s in steps]
+    noisy = [busy_reason(s.cpu_share) for s in steps]
     hover = [
         f"step {s.index} ({s.phase}{', forced' if s.forced else ''})<br>{show_token(s.token_text)!s} "
         f"id {s.token_id}<br>p raw {s.prob_raw:.3f} · p final {s.prob_final:.3f}<br>"
         f"rank raw {s.rank_raw} · H {s.entropy_final:.2f} nats"
-        for s in steps
+        + (f"<br>noisy timing: {why}" if why else "")
+        for s, why in zip(steps, noisy, strict=True)
     ]
     return {
         "tokens": {
@@ -129,8 +133,14 @@ def strip_columns(steps: Sequence[Step], color_by: str = "prob") -> Columns:
             "hovertext": _objs(hover),
             "customdata": _arr((s.index for s in steps), np.float64),
             "marker.color": strip_colors(color, color_by),
-            "marker.line.width": _arr(3.0 if s.phase == "prefill" else 0.5 for s in steps),
-            "marker.line.color": _objs("#222" if s.phase == "prefill" else "#fff" for s in steps),
+            "marker.line.width": _arr(
+                3.0 if s.phase == "prefill" else 2.0 if why else 0.5
+                for s, why in zip(steps, noisy, strict=True)
+            ),
+            "marker.line.color": _objs(
+                "#222" if s.phase == "prefill" else NOISY_COLOR if why else "#fff"
+                for s, why in zip(steps, noisy, strict=True)
+            ),
             "marker.pattern.shape": _objs("x" if s.forced else "" for s in steps),
         }
     }

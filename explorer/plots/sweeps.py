@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from explorer._registry import Registry
-from explorer.plots.common import MB, Columns, _house_style, _objs, log_ticks, replace
+from explorer.plots.common import MB, NOISY_COLOR, Columns, _house_style, _objs, log_ticks, replace
 
 _MEASURED, _MODELLED = dict(mode="lines+markers"), dict(mode="lines", line=dict(dash="dot"))
 
@@ -53,6 +53,18 @@ def _col(df, name: str, scale: float = 1.0) -> np.ndarray:
     if df is None or name not in df:
         return np.full(0 if df is None else len(df), np.nan)
     return df[name].astype(float).to_numpy() * scale
+
+
+def _marks(part) -> dict:
+    """The badge of each measured point: an orange ring where its row's timing is noisy
+    (the sweep's `noisy` column, explorer.costs.noise); nothing for frames without one."""
+    if part is None or "noisy" not in part or not len(part):
+        return {}
+    noisy = part["noisy"].fillna(False).astype(bool).to_numpy()
+    return {
+        "marker.line.width": np.where(noisy, 2.0, 0.0),
+        "marker.line.color": _objs(NOISY_COLOR if n else "rgba(0,0,0,0)" for n in noisy),
+    }
 
 
 def sweep_figure(name: str, *, height: int = 420) -> go.Figure:
@@ -155,7 +167,11 @@ def _prefill_columns(df) -> Columns:
     for phase in ("prefill", "decode"):
         part = df[df["phase"] == phase] if len(df) else df
         x = _col(part, "context_len")
-        cols[f"{phase} (measured)"] = {"x": x, "y": _col(part, "latency_s_measured", 1e3)}
+        cols[f"{phase} (measured)"] = {
+            "x": x,
+            "y": _col(part, "latency_s_measured", 1e3),
+            **_marks(part),
+        }
         cols[f"{phase} bound (modelled)"] = {"x": x, "y": _col(part, "bound_s_modelled", 1e3)}
         cols[f"{phase} tokens/s (measured)"] = {"x": x, "y": _col(part, "tokens_per_s_measured")}
     return cols
@@ -190,7 +206,11 @@ def _batch_columns(df) -> Columns:
             "y": _col(df, "tokens_per_s_total_bound_modelled"),
         },
         "per user (measured)": {"x": x, "y": _col(df, "tokens_per_s_per_user_measured")},
-        "step latency (measured)": {"x": x, "y": _col(df, "latency_s_measured", 1e3)},
+        "step latency (measured)": {
+            "x": x,
+            "y": _col(df, "latency_s_measured", 1e3),
+            **_marks(df),
+        },
         "bound (modelled)": {"x": x, "y": _col(df, "bound_s_modelled", 1e3)},
         "calibrated (modelled: fitted)": {"x": x, "y": _col(df, "latency_s_calibrated", 1e3)},
     }
@@ -241,7 +261,7 @@ def _batch_sweep_figure() -> go.Figure:
 def _dtype_columns(df) -> Columns:
     x = _objs(df["dtype"]) if len(df) else _objs([])
     return {
-        "latency (measured)": {"x": x, "y": _col(df, "latency_s_measured", 1e3)},
+        "latency (measured)": {"x": x, "y": _col(df, "latency_s_measured", 1e3), **_marks(df)},
         "bound (modelled)": {"x": x, "y": _col(df, "bound_s_modelled", 1e3)},
         "weights MB (counted)": {"x": x, "y": _col(df, "weight_bytes_counted", 1 / MB)},
         "KV cache MB (measured)": {"x": x, "y": _col(df, "kv_cache_bytes_measured", 1 / MB)},
@@ -291,6 +311,7 @@ def _regime_columns(df) -> Columns:
             "y": _col(part, "batch"),
             "text": text,
             "hovertext": hover,
+            **_marks(part),
         }
     a = getattr(df, "attrs", None) or {}
     contexts = np.unique(_col(df, "context_len")) if len(df) else np.empty(0)
@@ -399,7 +420,7 @@ def _ladder_columns(df) -> Columns:
     ppl = _col(df, "perplexity")
     base = ppl[0] if len(ppl) else np.nan  # the first row is the eager baseline
     return {
-        "ms/token (measured)": {"x": x, "y": ms},
+        "ms/token (measured)": {"x": x, "y": ms, **_marks(df)},
         "bytes / copy bandwidth (modelled)": {"x": x, "y": floor},
         "% of copy bandwidth (derived)": {"x": x, "y": _col(df, "pct_of_copy_bw")},
         "perplexity change % (measured)": {"x": x, "y": 100 * (ppl / base - 1)},

@@ -2,7 +2,7 @@
 columns, the attrs every frame carries, and the one loop that runs a sweep's points.
 
 Column names say what each figure is: `*_measured` (timed here: device-synchronised, warm-up
-discarded, median of `repeats`), `*_modelled` (explorer.costs formulas, against the peaks in
+discarded, a low quantile of `repeats`, with its noise columns), `*_modelled` (explorer.costs formulas, against the peaks in
 attrs["peaks"]) and `*_derived` (modelled bytes / measured time). df.attrs holds the device,
 dtype, repeats, threads, timer, the peaks, a description of every column, and "notes": why a
 sweep stopped early (out of memory, beyond the model's positions, a Stop, Ctrl-C) -- a sweep never
@@ -25,9 +25,9 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
-from explorer.costs import hardware
+from explorer.costs import hardware, noise
 from explorer.costs.split import utilisation
-from explorer.costs.timing import Timer, time_call
+from explorer.costs.timing import Measurement, Timer, measure
 from explorer.model.device import is_out_of_memory
 from explorer.model.loader import LoadedModel, ModelInfo
 from explorer.model.passes import crop_cache, forward
@@ -44,7 +44,12 @@ COLUMNS: dict[str, str] = {
     "context_len": "tokens attended over (cached prefix + fed)",
     "dtype": "parameter and cache dtype",
     "supported": "whether the device ran this dtype",
-    "latency_s_measured": "forward pass, device-synchronised, median of repeats (s)",
+    "latency_s_measured": "forward pass, device-synchronised, a low quantile of the repeats (s; "
+    "explorer.costs.noise: p25 from 4 repeats, else the minimum)",
+    "spread_measured": "(median - estimate) / estimate of the repeats behind the row's time",
+    "cpu_share_measured": "share of the timed wall time x threads this process ran on a CPU",
+    "noisy": "the row's time is noisy: spread or other work past explorer.costs.noise's limits",
+    "noisy_reason": "why the row is noisy (e.g. other work took 40% of this CPU)",
     "cumulative_s_measured": "running sum of latency_s_measured (s)",
     "tokens_per_s_measured": "tokens produced (decode) or processed (prefill) per second, per row",
     "tokens_per_s_total_measured": "batch / latency: tokens per second over all rows",
@@ -287,19 +292,46 @@ def time_decode(
     warmup: int,
     device,
     tick: Callable[[], None] | None = None,
-) -> list[float]:
-    """Seconds of `repeats` decode passes feeding `feed` [B, 1] onto `cache`, each from the same
-    cache length (cropped back after every pass); `warmup` untimed passes first."""
+) -> Measurement:
+    """`repeats` decode passes feeding `feed` [B, 1] onto `cache`, each from the same cache length
+    (cropped back after every pass, untimed); `warmup` untimed passes first. The Measurement's
+    .estimate is the figure a row reports (noise_columns(m) carries its spread and noisy mark)."""
     past = cache.get_seq_length()
-    samples = []
-    for i in range(warmup + repeats):
-        _, seconds = time_call(lambda: forward(model, feed, cache, last_only=True), device)
-        crop_cache(cache, past)
-        if i >= warmup:
-            samples.append(seconds)
-            if tick is not None:
-                tick()
-    return samples
+    return measure(
+        lambda: forward(model, feed, cache, last_only=True),
+        device,
+        repeats=repeats,
+        warmup=warmup,
+        tick=tick,
+        after=lambda: crop_cache(cache, past),
+    )
+
+
+def from_steps(latencies: list[float], shares: list[float | None] | None = None) -> Measurement:
+    """The Measurement of recorded latencies, each its own timed region (e.g. a Session's decode
+    Steps, shares their Step.cpu_share): the one estimator over them, and the interference from the
+    shares that are known (none known, e.g. on a GPU: the spread alone decides)."""
+    known = [(t, s) for t, s in zip(latencies, shares or [], strict=False) if s is not None]
+    usage = noise.Usage(
+        threads=1,  # a Step's share is already per thread
+        wall_s=sum(t for t, _ in known),
+        cpu_s=sum(t * s for t, s in known),
+        on_cpu=bool(known),
+    )
+    return Measurement(list(latencies), usage=usage)
+
+
+NOISE_COLUMNS = ["spread_measured", "cpu_share_measured", "noisy", "noisy_reason"]
+
+
+def noise_columns(m: Measurement) -> dict:
+    """The noise columns of a row measured by `m` (explorer.costs.noise)."""
+    return {
+        "spread_measured": m.spread,
+        "cpu_share_measured": m.cpu_share,
+        "noisy": m.noisy,
+        "noisy_reason": m.reason,
+    }
 
 
 # --- the one loop ----------------------------------------------------------------------------------

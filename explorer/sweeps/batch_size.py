@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Iterable
 
@@ -17,6 +16,7 @@ from explorer.model.loader import LoadedModel, ModelInfo
 from explorer.model.passes import copy_cache
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
+    NOISE_COLUMNS,
     Bar,
     Progress,
     StopSweep,
@@ -27,6 +27,7 @@ from explorer.sweeps._common import (
     frame,
     measure_points,
     modelled,
+    noise_columns,
     peaks_for,
     prefill_cache,
     sizes,
@@ -54,6 +55,7 @@ COLUMNS = [
     "mbu_derived",
     "mfu_derived",
     "regime_derived",
+    *NOISE_COLUMNS,
 ]
 
 
@@ -160,16 +162,17 @@ def _row(
     with torch.inference_mode():
         cache.batch_repeat_interleave(B)  # [B, kv_heads, L - 1, head_dim] per layer
     feed = token_ids(lm.info, B, 1, lm.device, seed + 1)  # [B, 1]
-    samples = time_decode(
+    timed = time_decode(
         lm.model, cache, feed, repeats=repeats, warmup=1, device=lm.device, tick=tick
     )
     del cache
-    latency = statistics.median(samples)
+    latency = timed.estimate
     model = modelled(lm.info, peaks, batch=B, tokens_fed=1, context_len=context_len)
     row = {
         "batch": B,
         "context_len": context_len,
         "latency_s_measured": latency,
+        **noise_columns(timed),
         "tokens_per_s_per_user_measured": 1 / latency,
         "tokens_per_s_total_measured": B / latency,
         **model,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Iterable
 
@@ -18,6 +17,7 @@ from explorer.model.quant import weights_of
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import COLUMNS as GLOSSARY
 from explorer.sweeps._common import (
+    NOISE_COLUMNS,
     Bar,
     Progress,
     check_context,
@@ -26,6 +26,7 @@ from explorer.sweeps._common import (
     frame,
     measure_points,
     modelled,
+    noise_columns,
     plain_peaks,
     prefill_cache,
     time_decode,
@@ -48,6 +49,7 @@ COLUMNS = [
     "bound_modelled",
     "achieved_gbps_derived",
     "pct_of_peak_bw_derived",
+    *NOISE_COLUMNS,
 ]
 
 
@@ -141,8 +143,8 @@ def _row(
     prompt = token_ids(m.info, batch_size, context_len - 1, dev, seed)
     cache = prefill_cache(m.model, prompt)
     feed = token_ids(m.info, batch_size, 1, dev, seed + 1)
-    samples = time_decode(m.model, cache, feed, repeats=repeats, warmup=1, device=dev, tick=tick)
-    latency = statistics.median(samples)
+    timed = time_decode(m.model, cache, feed, repeats=repeats, warmup=1, device=dev, tick=tick)
+    latency = timed.estimate
     forward(m.model, feed, cache, last_only=True)
     row = {
         "dtype": m.info.dtype,
@@ -152,6 +154,7 @@ def _row(
         "weight_bytes_counted": m.info.weight_bytes,
         "kv_cache_bytes_measured": kv_cache_bytes(cache),
         "latency_s_measured": latency,
+        **noise_columns(timed),
         "tokens_per_s_measured": 1 / latency,
         "peak_flops_measured": peaks.flops,
         **modelled(m.info, peaks, batch=batch_size, tokens_fed=1, context_len=context_len),

@@ -10,7 +10,8 @@ and prefix caching (a time-to-first-token rung). Every rung is a real Session (o
 with the engine options of explorer.engine.options, so what the table says is what a student can
 step through in the dashboard.
 
-Speed is measured: the median decode Step latency over `new_tokens` greedy tokens (after a
+Speed is measured: a low quantile (explorer.costs.noise, with its spread and noisy mark) of the
+decode Step latencies over `new_tokens` greedy tokens (after a
 warm-up Session of the same shape and, for compiled rungs, after the compile, whose time is
 `compile_s`, never inside ms_per_token). Bytes are modelled from each part's real bytes per weight
 (explorer.costs), so pct_of_copy_bw is modelled bytes / measured time / the measured copy
@@ -37,7 +38,17 @@ from explorer.engine.options import CacheNotSupportedError, cache_kv_dtype
 from explorer.model.loader import LoadedModel, with_weights
 from explorer.model.quant import WeightsNotSupportedError
 from explorer.sweeps import Param, Sweep, register
-from explorer.sweeps._common import Bar, Progress, check_count, frame, measure_points, sizes
+from explorer.sweeps._common import (
+    NOISE_COLUMNS,
+    Bar,
+    Progress,
+    check_count,
+    frame,
+    from_steps,
+    measure_points,
+    noise_columns,
+    sizes,
+)
 from explorer.sweeps._common import attrs as sweep_attrs
 
 PROMPT = "The built-in function len() returns the number of items in a container, and"
@@ -81,6 +92,7 @@ COLUMNS = [
     "compile_s",
     "recompiles",
     "skipped",
+    *NOISE_COLUMNS,
 ]
 
 WARMUP_TOKENS = 4  # decode steps of the untimed warm-up Session of each rung
@@ -101,7 +113,7 @@ def run(
     stop: threading.Event | None = None,
 ) -> pd.DataFrame:
     """One row per (batch, rung): see the module docstring. repeats: timed Sessions per rung (the
-    median is over all their decode Steps)."""
+    estimate is over all their decode Steps)."""
     names = list(RUNGS) if rungs is None else [r.strip() for r in rungs]
     for name in names:
         if name not in RUNGS:
@@ -233,14 +245,16 @@ class _Ladder:
                     step_logits.append(s.distribution()["logits"])
             steps = s.steps
             ttft.append(steps[0].latency_s)
-            decode.extend(st.latency_s for st in steps[1:])
+            decode.extend(steps[1:])
             if i == 0:
                 tokens, logits, first = list(s.tokens), step_logits, s
         last = first.steps[-1]
-        ms = 1e3 * statistics.median(decode)
+        timed = from_steps([st.latency_s for st in decode], [st.cpu_share for st in decode])
+        ms = 1e3 * timed.estimate
         out = {
             "weights": lm.info.weights,
             "ms_per_token": ms,
+            **noise_columns(timed),
             "tokens_per_s_total": batch * 1e3 / ms,
             "ttft_ms": 1e3 * statistics.median(ttft),
             "bytes_per_step": _step_bytes(last),
@@ -329,10 +343,12 @@ class _Ladder:
         ]
         emitted = sum(len(r.tokens) for r in s.rounds[1:])
         bytes_total = sum(sum(v["bytes"].values()) for v in verify)
-        ms = 1e3 * statistics.median(per_token)
+        timed = from_steps(per_token)  # rounds' wall time per token: the spread decides
+        ms = 1e3 * timed.estimate
         return {
             "weights": self.lm.info.weights,
             "ms_per_token": ms,
+            **noise_columns(timed),
             "tokens_per_s_total": 1e3 / ms,
             "ttft_ms": None,  # its prefill feeds prompt[:-1] (the verify pass feeds the last)
             "bytes_per_step": bytes_total / len(verify) if verify else None,
@@ -355,12 +371,15 @@ class _Ladder:
         b = prefix_benchmark(self.lm, repeats=max(3, self.repeats))
         self.notes.append(
             f"prefix cache: {b['prefix_tokens']} of {b['prompt_tokens']} prompt tokens cached; "
-            f"TTFT {1e3 * b['ttft_plain']['median_s']:.1f} ms without, "
-            f"{1e3 * b['ttft_cached']['median_s']:.1f} ms with"
+            f"TTFT {1e3 * b['ttft_plain']['estimate_s']:.1f} ms without, "
+            f"{1e3 * b['ttft_cached']['estimate_s']:.1f} ms with"
         )
+        noisy = [b[k]["reason"] for k in ("ttft_plain", "ttft_cached") if b[k]["noisy"]]
         return {
             "weights": self.lm.info.weights,
-            "ttft_ms": 1e3 * b["ttft_cached"]["median_s"],
+            "ttft_ms": 1e3 * b["ttft_cached"]["estimate_s"],
+            "noisy": bool(noisy),
+            "noisy_reason": "; ".join(noisy),
             "speedup": b["speedup"],
             "speedup_of": "ttft_ms",
             "greedy_equal": None,

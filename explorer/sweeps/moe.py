@@ -40,6 +40,7 @@ from explorer.model.moe import experts_touched_expected, routers
 from explorer.model.passes import crop_cache, forward
 from explorer.sweeps import CONTEXT, REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
+    NOISE_COLUMNS,
     Bar,
     Progress,
     attrs,
@@ -47,6 +48,7 @@ from explorer.sweeps._common import (
     check_count,
     frame,
     measure_points,
+    noise_columns,
     peaks_for,
     prefill_cache,
     sizes,
@@ -71,6 +73,7 @@ COLUMNS = [
     "bytes_per_step_dense_active_modelled",
     "ms_per_step_dense_total_modelled",
     "ms_per_step_dense_active_modelled",
+    *NOISE_COLUMNS,
 ]
 
 
@@ -214,10 +217,10 @@ def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: i
         forward(lm.model, feed, cache, last_only=True)
     touched = routers_seen.record()["experts_touched"]
     crop_cache(cache, past)
-    samples = time_decode(
+    timed = time_decode(
         lm.model, cache, feed, repeats=repeats, warmup=1, device=lm.device, tick=tick
     )
-    seconds = statistics.median(samples)
+    seconds = timed.estimate
     cost = step_cost(lm, B, context_len, touched)
     dense = dense_costs(lm, cost, touched, B)
     total, active = dense["total"], dense["active"]
@@ -233,6 +236,7 @@ def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: i
         "bytes_per_step": cost["bytes"],
         "flops_per_token_modelled": cost["flops"] / B,
         "ms_per_step": seconds * 1e3,
+        **noise_columns(timed),
         "bound_ms_modelled": bound_ms(cost, peaks),
         "regime": split["regime"],
         "bytes_per_step_dense_total_modelled": total["bytes"],

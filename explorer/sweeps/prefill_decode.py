@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Iterable
 
 import pandas as pd
 import torch
 
-from explorer.costs.timing import time_call
+from explorer.costs.timing import alternate
 from explorer.model.loader import LoadedModel
 from explorer.model.passes import crop_cache
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
+    NOISE_COLUMNS,
     Bar,
     Progress,
     StopSweep,
@@ -23,6 +23,7 @@ from explorer.sweeps._common import (
     frame,
     measure_points,
     modelled,
+    noise_columns,
     peaks_for,
     prefill_cache,
     sizes,
@@ -44,6 +45,7 @@ COLUMNS = [
     "latency_s_calibrated",
     "achieved_gbps_derived",
     "pct_of_peak_bw_derived",
+    *NOISE_COLUMNS,
 ]
 
 
@@ -89,17 +91,15 @@ def run(
 def _rows(
     lm: LoadedModel, peaks, ids: torch.Tensor, L: int, repeats: int, decode: bool, tick
 ) -> list[dict]:
-    samples, cache = [], None
-    for _ in range(repeats):
-        cache, seconds = time_call(lambda: prefill_cache(lm.model, ids[:, :L]), lm.device)
-        samples.append(seconds)
-        tick()
-    latency = statistics.median(samples)
+    arm = {"prefill": lambda: prefill_cache(lm.model, ids[:, :L])}
+    timed = alternate(arm, repeats, lm.device, tick=tick, keep=True)["prefill"]
+    cache, latency = timed.results[-1], timed.estimate
     row = {
         "phase": "prefill",
         "context_len": L,
         "tokens_fed": L,
         "latency_s_measured": latency,
+        **noise_columns(timed),
         "tokens_per_s_measured": L / latency,
         **modelled(lm.info, peaks, batch=1, tokens_fed=L, context_len=L),
     }
@@ -107,7 +107,7 @@ def _rows(
     rows = [row]
     if decode and L >= 2:
         crop_cache(cache, L - 1)
-        samples = time_decode(
+        timed = time_decode(
             lm.model,
             cache,
             ids[:, L - 1 : L],
@@ -116,12 +116,13 @@ def _rows(
             device=lm.device,
             tick=tick,
         )
-        latency = statistics.median(samples)
+        latency = timed.estimate
         row = {
             "phase": "decode",
             "context_len": L,
             "tokens_fed": 1,
             "latency_s_measured": latency,
+            **noise_columns(timed),
             "tokens_per_s_measured": 1 / latency,
             **modelled(lm.info, peaks, batch=1, tokens_fed=1, context_len=L),
         }

@@ -12,7 +12,6 @@ same model, explorer.costs.overhead): cells whose bound is below it are overhead
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from explorer.model.loader import LoadedModel
 from explorer.model.passes import copy_cache, crop_cache
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
+    NOISE_COLUMNS,
     Bar,
     Progress,
     attrs,
@@ -35,6 +35,7 @@ from explorer.sweeps._common import (
     frame,
     measure_points,
     modelled,
+    noise_columns,
     peaks_for,
     prefill_cache,
     sizes,
@@ -62,6 +63,7 @@ COLUMNS = [
     "mbu_derived",
     "mfu_derived",
     "regime_derived",
+    *NOISE_COLUMNS,
 ]
 
 
@@ -169,12 +171,12 @@ class _Grid:
         with torch.inference_mode():
             cache.batch_repeat_interleave(B)
         feed = token_ids(lm.info, B, 1, lm.device, self.seed + 1)
-        samples = time_decode(
+        timed = time_decode(
             lm.model, cache, feed, repeats=self.repeats, warmup=WARMUP, device=lm.device,
             tick=self.tick,
         )  # fmt: skip
         del cache
-        return self._row(B, ctx, statistics.median(samples))
+        return self._row(B, ctx, timed.estimate) | noise_columns(timed)
 
     def _row(self, B: int, ctx: int, latency: float) -> dict:
         """Measured latency beside the modelled bound, calibrated prediction and KV size."""
@@ -264,18 +266,33 @@ def points(df: pd.DataFrame) -> list[dict]:
     ]
 
 
-def calibration_from(frames: Iterable[pd.DataFrame]) -> Calibration:
+def calibration_from(frames: Iterable[pd.DataFrame], *, refuse_busy: bool = False) -> Calibration:
     """One calibration fitted to the default train split of the cells of regime-map frames (one
-    per model; explorer.costs.calibrate.split_points), scored on their held-out cells."""
+    per model; explorer.costs.calibrate.split_points), scored on their held-out cells. Measured
+    while other work held the CPU (calibrate.too_busy): MachineTooBusy, no fit, with refuse_busy
+    (the CLI and the dashboard, which keep the last good fit); else fitted, with a note saying so."""
     from explorer.costs import calibrate
 
     frames = list(frames)
     if not frames:
         raise ValueError("calibration needs at least one measured regime map")
+    cells = [
+        {"cpu_share": r.get("cpu_share_measured"), "spread": r.get("spread_measured")}
+        | {"noisy": r.get("noisy")}
+        for df in frames
+        for r in df.to_dict("records")
+    ]
+    if refuse_busy:
+        calibrate.check_quiet(cells)
+    busy = calibrate.too_busy(cells)
     pts = [p for df in frames for p in points(df)]
     train, heldout = calibrate.split_points(pts)
     a = frames[0].attrs
-    return calibrate.fit(train, heldout, device=a["device"], dtype=a["dtype"], threads=a["threads"])
+    cal = calibrate.fit(train, heldout, device=a["device"], dtype=a["dtype"], threads=a["threads"])
+    cal.interference = calibrate.interference(cells)
+    if busy:
+        cal.notes.append(f"fitted anyway, so read it with care: {busy}")
+    return cal
 
 
 SWEEP = register(

@@ -11,7 +11,10 @@ from app_helpers import message, show_tab, trace_of
 from explorer.app import Dashboard
 
 
-def test_why_tab_splits_the_selected_step_profiles_it_and_calibrates(tiny):
+def test_why_tab_splits_the_selected_step_profiles_it_and_calibrates(tiny, monkeypatch):
+    from explorer.costs import calibrate
+
+    monkeypatch.setattr(calibrate, "check_quiet", lambda cells: None)  # any load (test_calibrate)
     d = Dashboard(
         lm=tiny, prompt="abc", max_new_tokens=None
     )  # peaks measured: the split needs them
@@ -54,8 +57,6 @@ def test_why_tab_splits_the_selected_step_profiles_it_and_calibrates(tiny):
     predictions = d.parts["why-trust"].data[0].cells.values[0]
     assert any("calibrated" in p for p in predictions), predictions
     assert d.guard.errors == [], d.guard.errors
-    from explorer.costs import calibrate
-
     calibrate.use(None)
 
 

@@ -13,6 +13,15 @@ from explorer.engine.sampling import Sampling
 from explorer.engine.session import Session
 from explorer.sweeps.regime_map import points
 
+REAL_CHECK_QUIET = calibrate.check_quiet
+
+
+@pytest.fixture(autouse=True)
+def _any_load(monkeypatch):
+    """These tests check the fit, not this shared machine's load: the busy check is tested on
+    synthetic cells below (REAL_CHECK_QUIET)."""
+    monkeypatch.setattr(calibrate, "check_quiet", lambda cells: None)
+
 
 def _synthetic(model, layers, a, b, c, d, cells):
     return [
@@ -153,3 +162,76 @@ def test_cli_bench_calibrate_json(tmp_path, capsys):
         == 2
     )
     assert "at least 3 measured steps" in capsys.readouterr().err
+
+
+def test_a_machine_too_busy_to_fit_is_refused_in_one_line():
+    quiet = [{"cpu_share": 0.95, "spread": 0.02}] * 5
+    REAL_CHECK_QUIET(quiet)  # no error
+    busy = [{"cpu_share": 0.55, "spread": 0.02}] * 4 + [{"cpu_share": 1.0, "spread": 0.0}]
+    with pytest.raises(calibrate.MachineTooBusy, match=r"other work took 45% of this CPU .*median"):
+        REAL_CHECK_QUIET(busy)
+    assert calibrate.too_busy(busy).startswith("the machine is too busy to fit")
+    assert calibrate.too_busy(quiet) is None
+    no_cpu_times = [{"cpu_share": None, "spread": 0.4}] * 3
+    with pytest.raises(calibrate.MachineTooBusy, match="spread 40%.*cannot be read"):
+        REAL_CHECK_QUIET(no_cpu_times)
+    REAL_CHECK_QUIET([{"cpu_share": None, "spread": 0.05}] * 3)
+
+
+def test_cli_bench_calibrate_on_a_busy_machine_keeps_the_last_good_fit(
+    tmp_path, capsys, monkeypatch
+):
+    from explorer.cli import bench, main
+
+    out = tmp_path / "cal.json"
+    out.write_text('{"the": "last good fit"}')
+
+    def too_busy(*a, **kw):
+        REAL_CHECK_QUIET([{"cpu_share": 0.5, "spread": 0.1}] * 6)
+
+    monkeypatch.setattr(bench, "calibrate_models", too_busy)
+    args = ["bench", "calibrate", "--model", "bundled:target", "--out", str(out)]
+    assert main(args) == bench.EXIT_TOO_BUSY != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "too busy to fit" in err and "50%" in err
+    assert f"{out} keeps the last good fit" in err
+    assert out.read_text() == '{"the": "last good fit"}'
+
+
+def _grid_frame(cpu_share: float):
+    import pandas as pd
+
+    pts = _synthetic(
+        "m", 4, 2e-9, 1e-10, 1e-3, 0.0, [(B, L) for B in (1, 2, 4) for L in (8, 16, 32)]
+    )
+    df = pd.DataFrame(
+        {
+            "batch": p["batch"],
+            "context_len": p["context_len"],
+            "latency_s_measured": p["latency_s"],
+            "bytes_modelled": p["bytes"],
+            "flops_modelled": p["flops"],
+            "bound_s_modelled": p["bound_s"],
+            "cpu_share_measured": cpu_share,
+            "spread_measured": 0.01,
+            "noisy": cpu_share < 0.75,
+        }
+        for p in pts
+    )
+    df.attrs.update(model="m", device="cpu", dtype="float32", layers=4, threads=1)
+    return df
+
+
+def test_a_busy_grid_is_refused_when_asked_and_noted_otherwise(monkeypatch):
+    from explorer.sweeps.regime_map import calibration_from
+
+    monkeypatch.setattr(calibrate, "check_quiet", REAL_CHECK_QUIET)
+    quiet = calibration_from([_grid_frame(0.97)], refuse_busy=True)
+    assert quiet.interference["median_cpu_share"] == pytest.approx(0.97)
+    assert quiet.interference["noisy_cells"] == 0 and quiet.interference["cells"] == 9
+    assert not any("too busy" in n for n in quiet.notes)
+    with pytest.raises(calibrate.MachineTooBusy, match="other work took 40%"):
+        calibration_from([_grid_frame(0.6)], refuse_busy=True)
+    noted = calibration_from([_grid_frame(0.6)])  # a notebook's fit: made, and says so
+    assert any(n.startswith("fitted anyway") and "40%" in n for n in noted.notes)
+    assert noted.interference["noisy_cells"] == 9

@@ -500,21 +500,31 @@ def test_distribution_before_any_step_and_after_rewind_is_explained(tiny):
 # --- benchmark and CLI ------------------------------------------------------------------------------
 
 
-def test_overhead_benchmark_reports_both_medians_and_the_ratio(tiny, monkeypatch):
+def test_overhead_benchmark_reports_both_estimates_and_the_ratio(tiny):
     from explorer.bench import overhead
+    from explorer.costs import noise
 
-    clock = {"run_generate": 0.002, "run_session": 0.003}  # a fake clock: seconds per arm
+    # a fake wall clock: 2 ms per generate() call, 3 ms per Session, in ABBA order; the
+    # process had the CPU the whole time (its fake CPU clock moves with the wall clock)
+    ticks = iter([0, 0.002, 0.002, 0.005, 0.005, 0.008, 0.008, 0.010])
+    now = {"t": 0.0}
 
-    def fake_time_call(fn, device):
-        return fn(), clock[fn.__name__]
+    def wall():
+        now["t"] = next(ticks)
+        return now["t"]
 
-    monkeypatch.setattr(overhead, "time_call", fake_time_call)
-    out = overhead.overhead_benchmark(tiny, [1, 2, 3, 4], new_tokens=6, repeats=2)
+    threads = min(torch.get_num_threads(), noise.usable_cores())  # every one of them busy
+    clocks = noise.Clocks(wall=wall, cpu=lambda: now["t"] * threads, load=lambda: 1.0)
+    out = overhead.overhead_benchmark(tiny, [1, 2, 3, 4], new_tokens=6, repeats=2, clocks=clocks)
     assert out["generate"]["repeats"] == out["session"]["repeats"] == 2
-    assert out["generate"]["median_s"] == 0.002 and out["session"]["median_s"] == 0.003
+    assert out["generate"]["estimate_s"] == pytest.approx(0.002)
+    assert out["session"]["estimate_s"] == pytest.approx(0.003)
+    assert out["generate"]["median_s"] == pytest.approx(0.002) and out["generate"]["load"] == 1.0
     assert out["ratio"] == pytest.approx(1.5)  # session / generate, not the other way round
     assert out["per_token_ms"] == pytest.approx({"generate": 2 / 6, "session": 3 / 6})
     assert out["same_tokens"] is True and out["new_tokens"] == 6 and out["session_forward_ms"] > 0
+    assert out["noisy"] is False and out["session"]["cpu_share"] == pytest.approx(1.0)
+    assert out["recording_share"] is not None
 
 
 def test_cli_generate_table_and_json(target, capsys):

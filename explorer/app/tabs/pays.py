@@ -21,6 +21,7 @@ from explorer.app.controls import button, labelled, stop_button, tagged
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
+from explorer.costs.noise import noisy_summary
 
 
 def _tricks():
@@ -207,9 +208,11 @@ class PaysTab(Tab):
         a = df.attrs
         notes = a.get("notes") or []
         where = (
-            f"{a.get('model', '')} on {a.get('device', '')} {a.get('dtype', '')}, median of "
-            f"{a.get('repeats')} repeats; each figure times {a.get('unit', '')}"
+            f"{a.get('model', '')} on {a.get('device', '')} {a.get('dtype', '')}, a low quantile "
+            f"of {a.get('repeats')} repeats; each figure times {a.get('unit', '')}"
         )
+        noisy = noisy_summary(df.get("noisy"), df.get("noisy_reason"))
+        notes = ([noisy] if noisy else []) + list(notes)
         partial = "<b>PARTIAL</b>: stopped before its last setting · " if a.get("partial") else ""
         link = download_link(
             df.to_csv(index=False), f"pays-{a.get('trick', '')}.csv", "table (CSV)"

@@ -18,6 +18,7 @@ from explorer.app.controls import stop_button, tagged
 from explorer.app.export import download_link
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
+from explorer.costs.noise import noisy_summary
 
 
 @register(40)
@@ -26,8 +27,8 @@ class SweepsTab(Tab):
 
     name, title = "sweeps", "Sweeps"
     about = (
-        "Each sweep times the current model on this machine over one setting (median of the "
-        "repeats, device-synchronised), solid, next to the roofline bound (modelled), dotted: "
+        "Each sweep times the current model on this machine over one setting (a low quantile of "
+        "the repeats, device-synchronised; an orange ring: a noisy point), solid, next to the roofline bound (modelled), dotted: "
         "where the two lines part, something other than bytes and FLOPs sets the time."
     )
 
@@ -220,9 +221,11 @@ class SweepsTab(Tab):
         a = df.attrs
         notes = a.get("notes") or []
         where = (
-            f"{a.get('model', '')} on {a.get('device', '')} {a.get('dtype', '')}, median of {a.get('repeats')} "
-            f"repeats, timer: {a.get('timer', '')}"
+            f"{a.get('model', '')} on {a.get('device', '')} {a.get('dtype', '')}, a low quantile of "
+            f"{a.get('repeats')} repeats, timer: {a.get('timer', '')}"
         )
+        noisy = noisy_summary(df.get("noisy"), df.get("noisy_reason"))
+        notes = ([noisy] if noisy else []) + list(notes)
         link = download_link(df.to_csv(index=False), f"sweep-{name}.csv", "table (CSV)")
         self.parts[f"sweep-{name}-status"].value = (
             f"{len(df)} rows · {where}" + ("".join(f"<br>note: {n}" for n in notes)) + f"<br>{link}"

@@ -189,6 +189,7 @@ class WhyTab(Tab):
             f"of {p['repeats']}; unprofiled latency "
             + (f"{p['latency_s'] * 1e3:.3g} ms" if p["latency_s"] else "not measured yet")
             + ")."
+            + (f" Noisy: {p['noisy_reason']}." if p.get("noisy") else "")
         )
         self.dash.guard.say(f"Profiled step {p['step']}.", "ok")
 
@@ -226,7 +227,7 @@ class WhyTab(Tab):
         t0 = time.perf_counter()
         try:
             df = sweeps.run("regime-map", lm, progress=tick, bar=False, stop=self._stop, **kwargs)
-            cal = calibration_from([df])
+            cal = calibration_from([df], refuse_busy=True)  # busy: the last good fit stays
             calibrate.use(cal)
             self.calibration = cal
             with g.lock:

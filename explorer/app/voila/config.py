@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from explorer.app.voila.sharing import kernel_threads
+
 
 @dataclass
 class AppConfig:
@@ -32,9 +34,8 @@ class AppConfig:
     )
     #   (its start-up would otherwise compete for the CPU with that visitor's first render: 3 s -> 10 s here)
     open_browser: bool = True
-    threads: int = (
-        0  # torch CPU threads per kernel (0 = derived: cores - 1, at least 1; see kernel_env)
-    )
+    threads: int = 0  # torch CPU threads per kernel (0 = derived from the cores and the pool size:
+    #   sharing.THREADS_RULE, max(1, (cores - 1) // pool size); see kernel_env)
     notebook: Path | None = None  # default: notebooks/dashboard.ipynb (generated if not installed)
     models: list[str] = field(
         default_factory=list
@@ -59,10 +60,11 @@ class AppConfig:
             raise ValueError(f"refill delay must be 0..600 s, got {self.refill_delay!r}")
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 0:
             raise ValueError(
-                f"threads must be a whole number >= 0 (0 = cores - 1), got {self.threads!r}"
+                f"threads must be a whole number >= 0 (0 = from the cores and the pool size), "
+                f"got {self.threads!r}"
             )
         if self.threads == 0:
-            self.threads = max(1, (os.cpu_count() or 2) - 1)
+            self.threads = kernel_threads(os.cpu_count(), self.pool_size)
         if self.cull_interval == 0:
             self.cull_interval = max(1, min(30, self.cull_idle_timeout // 4))
         if self.models_config is not None:

@@ -106,6 +106,7 @@ def kernel_env(config: AppConfig, base: dict | None = None) -> dict:
     # One core is left to the browser and the server: with every core in torch's OpenMP team, a browser
     # drawing on the same machine stalls the team (measured on 2 cores: decode 8 ms -> 357 ms during Play).
     env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(config.threads)
+    env["EXPLORER_APP_KERNEL"] = "1"  # the dashboard says how many kernels share the machine
     import plotly
 
     env[WIDGET_JS_ENV] = f"/{WIDGET_JS_ROUTE}widgetbundle.js?v={plotly.__version__}"

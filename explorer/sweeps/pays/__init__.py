@@ -70,14 +70,16 @@ ROW_KEYS = [
     "why",
     "skipped",
     "partial",
+    "noisy",
+    "noisy_reason",
 ]
 DESCRIPTIONS = {
     "trick": "the optimisation (explorer.sweeps.pays.names())",
     "axis": "what the sweep varies (the trick's axes)",
     "value": "the axis value of this row",
-    "baseline_s": "the baseline's time for the unit of work the trick names (s, median, measured "
+    "baseline_s": "the baseline's time for the unit of work the trick names (s, a low quantile, measured "
     "alternately with the trick; see attrs['unit'])",
-    "trick_s": "the same work with the trick (s, median; modelled from measured parts where "
+    "trick_s": "the same work with the trick (s, a low quantile; modelled from measured parts where "
     "`how` says so)",
     "speedup": "baseline_s / trick_s (> 1: the trick pays here)",
     "predicted_speedup": "the calibrated cost model's speedup (attrs['calibration'], the trick's "
@@ -88,6 +90,8 @@ DESCRIPTIONS = {
     "why": "one line from the split: why the trick pays or not at this point",
     "skipped": "null, or why this point could not run here",
     "partial": "the sweep stopped (Stop, Ctrl-C, out of memory, limit) before its last value",
+    "noisy": "a time behind this row is noisy (explorer.costs.noise: spread or other work)",
+    "noisy_reason": "why, e.g. 'other work took 40% of this CPU during this measurement'",
 }
 for _key, _text in DESCRIPTIONS.items():
     GLOSSARY.setdefault(_key, _text)  # shared keys keep their text there; attrs get ours
@@ -287,9 +291,10 @@ def run(
     ctx.tick = progress_bar.update
     try:
         point = t.setup(ctx)
+        ctx.take_noise()  # the setup's own timings belong to no row
         rows = measure_points(
             values,
-            lambda v: _row(t, axis, v, point(v)),
+            lambda v: _row(t, axis, v, {**point(v), **ctx.take_noise()}),
             notes,
             label=lambda v: f"{axis.name}={v}",
             stop=stop,

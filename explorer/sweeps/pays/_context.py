@@ -1,7 +1,9 @@
 """What a trick's setup gets: the model, the sweep's settings, and the shared measuring helpers
 (peaks, the overhead floor and a calibration, each measured once and only when a trick asks):
 
-    ctx.time(fn)                   median seconds of fn() over ctx.repeats after ctx.warmup
+    ctx.time(fn)                   seconds of fn() over ctx.repeats after ctx.warmup (the estimate of
+                                   explorer.costs.timing.measure: a low quantile; ctx.take_noise()
+                                   gives the noisy mark of what was timed)
     ctx.time_pair(base, fast)      both, measured alternately (A B, B A, ...)
     ctx.split(latency_s, ...)      the speed-of-light split of a measured pass (regime, floors)
     ctx.predict(...)               the calibrated latency of a pass (explorer.costs.calibrate)
@@ -9,7 +11,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from explorer import costs
 from explorer.costs import calibrate, hardware
 from explorer.costs.overhead import overhead_floor
 from explorer.costs.split import split
-from explorer.costs.timing import alternate, time_call
+from explorer.costs.timing import Measurement, alternate, measure
 from explorer.model.loader import LoadedModel
 from explorer.model.passes import crop_cache, forward
 from explorer.sweeps._common import token_ids
@@ -45,6 +46,7 @@ class TrickContext:
     _floors: dict = field(default_factory=dict)
     _cals: dict = field(default_factory=dict)
     _fixed_cal: calibrate.Calibration | None = None
+    timed: list[Measurement] = field(default_factory=list)  # since the last take_noise()
 
     def preset(self, peaks=None, calibration=None) -> None:
         """Peaks for ctx.lm's device and dtype, and one calibration for every model (else each is
@@ -56,34 +58,34 @@ class TrickContext:
     # --- timing ----------------------------------------------------------------------------------
 
     def time(self, fn: Callable[[], object], lm: LoadedModel | None = None) -> float:
-        """Median seconds of fn() over `repeats` timed calls after `warmup` untimed ones."""
-        device = (lm or self.lm).device
-        for _ in range(self.warmup):
-            fn()
-        samples = []
-        for _ in range(self.repeats):
-            samples.append(time_call(fn, device)[1])
-            self.tick()
-        return statistics.median(samples)
+        """Seconds of fn() (explorer.costs.timing.measure's estimate) over `repeats` timed calls
+        after `warmup` untimed ones; the Measurement joins ctx.timed."""
+        m = measure(
+            fn, (lm or self.lm).device, repeats=self.repeats, warmup=self.warmup, tick=self.tick
+        )
+        self.timed.append(m)
+        return m.estimate
 
     def time_pair(
         self, base: Callable[[], object], fast: Callable[[], object], lm: LoadedModel | None = None
     ) -> tuple[float, float]:
-        """Median seconds of base() and fast(), measured alternately after warm-up of each."""
-        device = (lm or self.lm).device
-        for _ in range(self.warmup):
-            base(), fast()
+        """Seconds of base() and fast(), measured alternately after warm-up of each (estimates)."""
+        got = alternate(
+            {"base": base, "fast": fast},
+            self.repeats,
+            (lm or self.lm).device,
+            warmup=self.warmup,
+            tick=self.tick,
+        )
+        self.timed.extend(got.values())
+        return got["base"].estimate, got["fast"].estimate
 
-        def timed(fn):
-            return lambda: time_call(fn, device)[1]
-
-        def fast_tick():
-            s = time_call(fast, device)[1]
-            self.tick()
-            return s
-
-        got = alternate({"base": timed(base), "fast": fast_tick}, self.repeats)
-        return statistics.median(got["base"]), statistics.median(got["fast"])
+    def take_noise(self) -> dict:
+        """The noisy mark of the figures timed since the last call (then forgotten): noisy when
+        any of them is, with their reasons."""
+        reasons = list(dict.fromkeys(m.reason for m in self.timed if m.noisy))
+        self.timed.clear()
+        return {"noisy": bool(reasons), "noisy_reason": "; ".join(reasons)}
 
     # --- the cost model ----------------------------------------------------------------------------
 
@@ -210,9 +212,7 @@ class TrickContext:
 
     def _time_pass(self, lm: LoadedModel, batch: int, fed: int, context: int) -> float:
         run = one_pass(lm, batch, fed, context, seed=self.seed)
-        for _ in range(max(self.warmup, 1)):
-            run()
-        return statistics.median(time_call(run, lm.device)[1] for _ in range(self.repeats))
+        return measure(run, lm.device, repeats=self.repeats, warmup=max(self.warmup, 1)).estimate
 
 
 def one_pass(

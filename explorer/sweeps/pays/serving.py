@@ -30,6 +30,7 @@ import statistics
 from explorer._format import ms
 from explorer._stats import percentile
 from explorer.costs.parts import shape_of
+from explorer.costs.timing import alternate
 from explorer.costs.tricks import ratio
 from explorer.serving import Workload, serve
 from explorer.serving.simulate import simulate
@@ -73,14 +74,11 @@ def _median(values) -> float | None:
 
 def _alternate(ctx: TrickContext, runs: dict) -> dict[str, list]:
     """Each named run (a no-argument function -> ServingResult) ctx.repeats times, alternately
-    (A B, B A, ...), so drift on a shared machine falls on both alike."""
-    out: dict[str, list] = {k: [] for k in runs}
-    names = list(runs)
-    for i in range(ctx.repeats):
-        for name in names if i % 2 == 0 else names[::-1]:
-            out[name].append(runs[name]())
-        ctx.tick()
-    return out
+    (A B, B A, ...; explorer.costs.timing.alternate), so drift on a shared machine falls on both
+    alike; the runs' results by name. How busy the machine was joins ctx.timed (the noisy mark)."""
+    got = alternate(runs, ctx.repeats, ctx.lm.device, tick=ctx.tick, keep=True)
+    ctx.timed.extend(got.values())
+    return {name: m.results for name, m in got.items()}
 
 
 def _decode_split(ctx: TrickContext, res) -> dict:
