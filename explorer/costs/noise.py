@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from explorer._format import NA
+
 QUANTILE = 0.25  # the stated low quantile (used when the repeats allow it; else the minimum)
 SPREAD_LIMIT = 0.15  # (median - estimate) / estimate above this: noisy
 BUSY_LIMIT = 0.25  # share of this process's CPUs other work took above this: noisy
@@ -187,7 +189,7 @@ def describe(m: dict, scale: float = 1e3, unit: str = "ms") -> str:
     """One timed figure (a Measurement.to_dict()) as a reader sees it: the estimate, which quantile
     of how many repeats, its spread, and the noisy mark with its reason."""
     share = m.get("cpu_share")
-    busy = "CPU share n/a" if share is None else f"on a CPU {100 * share:.0f}% of the time"
+    busy = f"CPU share {NA}" if share is None else f"on a CPU {100 * share:.0f}% of the time"
     text = (
         f"{m['estimate_s'] * scale:.4g} {unit} ({quantile_name(m['quantile'])} of {m['repeats']}, "
         f"median {m['median_s'] * scale:.4g}, spread {100 * m['spread']:.0f}%, {busy})"

@@ -36,25 +36,7 @@ class StepRecorder:
         """Row 0's Step: the token's probabilities and ranks, top_n, stages, the draw, costs."""
         st = step_statistics(raw, stages, tokens[0], self.top_n, cdf_lo=draw is None)
         top = [{"id": i, "text": self._text(i), "raw": a, "final": b} for i, a, b in st["top"]]
-        if draw is not None:
-            hi = (
-                draw.cdf_hi[0] if draw.cdf_hi else st["prob_final"]
-            )  # greedy: the argmax's final probability
-            draw_d = {
-                "u": draw.u[0],
-                "cdf_lo": draw.cdf_lo[0],
-                "cdf_hi": hi,
-                "greedy": self.sampling.is_greedy,
-            }
-        else:  # forced: no number drawn; where the token sits in the final CDF
-            lo = st["cdf_lo_final"]
-            draw_d = {
-                "u": None,
-                "cdf_lo": lo,
-                "cdf_hi": lo + st["prob_final"],
-                "greedy": False,
-                "forced": True,
-            }
+        draw_d = self._draw_record(draw, st)
         step = Step(
             index=index,
             phase="prefill" if index == 0 else "decode",
@@ -88,6 +70,20 @@ class StepRecorder:
         )
         self._fill_costs(step)
         return step
+
+    def _draw_record(self, draw: Draw | None, st: dict) -> dict:
+        """The draw as plain data: the number drawn and the token's span of the final CDF."""
+        if draw is not None:
+            hi = draw.cdf_hi[0] if draw.cdf_hi else st["prob_final"]  # greedy: argmax's prob
+            return {
+                "u": draw.u[0],
+                "cdf_lo": draw.cdf_lo[0],
+                "cdf_hi": hi,
+                "greedy": self.sampling.is_greedy,
+            }
+        lo = st["cdf_lo_final"]  # forced: no number drawn; where the token sits in the final CDF
+        return {"u": None, "cdf_lo": lo, "cdf_hi": lo + st["prob_final"], "greedy": False,
+                "forced": True}  # fmt: skip
 
     def _fill_costs(self, step: Step) -> None:
         """Modelled FLOPs and bytes of this forward (explorer.costs), against measured peaks."""

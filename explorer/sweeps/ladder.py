@@ -206,9 +206,7 @@ class _Ladder:
         from explorer.engine.session import Session
 
         weights = options.get("weights")
-        lm = (
-            with_weights(self.lm, weights) if weights else self.lm
-        )  # skips: WeightsNotSupportedError
+        lm = with_weights(self.lm, weights) if weights else self.lm  # skips: WeightsNotSupported
 
         def session(**extra):
             return Session(

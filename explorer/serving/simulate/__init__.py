@@ -10,7 +10,8 @@ run (simulate(): a workload through a policy to a modelled ServingResult, and th
 saturation rate), profile (the profiling runs through the real engine, the cache file), validate
 (measured vs simulated per metric), whatif (a known chip and tensor parallelism on paper),
 capacity (the largest steady rate meeting the SLOs, and the latency-throughput curve), published
-(the what-if against published GPU serving runs).
+(the what-if against published GPU serving runs), operators and operators_report (the chip rule
+per operator against Vidur's measured GPU operator times, and its report).
 """
 
 from __future__ import annotations
