@@ -31,7 +31,7 @@ from explorer.engine.prefix import PrefixCache
 from explorer.model.passes import forward
 from explorer.sweeps._common import token_ids
 from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, figures, register_trick
-from explorer.sweeps.pays._context import one_pass
+from explorer.sweeps.pays._context import context_memory, one_pass
 from explorer.sweeps.pays._why import ms, regime_phrase
 
 SUFFIX, PREFIX = 16, 256
@@ -146,6 +146,7 @@ register_trick(
                 "context length of the decode step (the static cache holds the longest)",
                 low=2,
                 high=_positions_left(0),
+                memory=context_memory,
             ),
         ),
         setup=static_setup,

@@ -27,7 +27,7 @@ from explorer.engine.sampling import Sampling
 from explorer.engine.speculative import SpeculativeSession
 from explorer.model.loader import load
 from explorer.sweeps.pays import MEASURED, MODELLED, Axis, Context, Trick, figures, register_trick
-from explorer.sweeps.pays._context import one_pass
+from explorer.sweeps.pays._context import decode_memory, one_pass
 from explorer.sweeps.pays._why import ms
 
 CONTEXT, K, NEW_TOKENS = 64, 4, 32
@@ -171,7 +171,13 @@ def _setup(lookup: bool):
 
 
 AXES = (
-    Axis("batch", "ints", (1, 4, 16, 64), f"rows decoding together (k = {K})"),
+    Axis(
+        "batch",
+        "ints",
+        (1, 4, 16, 64),
+        f"rows decoding together (k = {K})",
+        memory=decode_memory(CONTEXT + K, K + 1),
+    ),  # fmt: skip
     Axis("k", "ints", (1, 2, 4, 8), "draft tokens proposed per round (batch 1)", high=32),
 )
 UNIT = "one generated token per row (s)"
