@@ -8,6 +8,7 @@ non-zero exit status, never a traceback.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import importlib
 import pkgutil
@@ -44,11 +45,28 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The console-script entry: Ctrl-C anywhere, start-up (torch's import) included, is one line
     and exit status 130."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = _redeliver(previous)
     try:
         return _main(argv)
     except KeyboardInterrupt as err:
         print(f"explorer: {_interrupted(err)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        sys.unraisablehook = previous
+
+
+def _redeliver(previous):
+    """An unraisable hook: a Ctrl-C that landed in a weakref or gc callback (where Python prints
+    and drops it) is raised again in the main thread instead of being lost; the rest as before."""
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _thread.interrupt_main()  # raised at the main thread's next bytecode
+            return
+        previous(unraisable)
+
+    return hook
 
 
 def _interrupted(err: KeyboardInterrupt) -> str:
