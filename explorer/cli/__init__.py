@@ -13,6 +13,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import time
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
@@ -62,11 +63,18 @@ def _redeliver(previous):
 
     def hook(unraisable) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            _thread.interrupt_main()  # raised at the main thread's next bytecode
+            # from another thread, so that it arrives after this hook returns (raised inside
+            # the hook, it would be dropped again), at the main thread's next bytecode
+            _thread.start_new_thread(_interrupt_soon, ())
             return
         previous(unraisable)
 
     return hook
+
+
+def _interrupt_soon() -> None:
+    time.sleep(0.001)  # the hook has returned by then
+    _thread.interrupt_main()
 
 
 def _interrupted(err: KeyboardInterrupt) -> str:
