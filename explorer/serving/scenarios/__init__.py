@@ -284,9 +284,7 @@ def run(
         part = _partial(sc, ctx, *_cut(ctx, err.result))
         raise ScenarioInterrupted(part, err.result) from None
     except KeyboardInterrupt:  # between runs or outside serve() (a load, a forked probe)
-        done = ctx.results
-        part = _partial(sc, ctx, done[0] if done else None, done[1] if len(done) > 1 else None)
-        raise ScenarioInterrupted(part, None) from None
+        raise ScenarioInterrupted(_partial(sc, ctx, *_so_far(ctx)), None) from None
     cut = _partial_run(broken) or _partial_run(fixed)
     if ctx.stopped() or cut or (broken is None and fixed is None):
         return _partial(sc, ctx, broken, fixed)
@@ -303,6 +301,15 @@ def run(
         sc.title,
         sc.needs_dict(ctx.engine),
     )
+
+
+def _so_far(ctx: Context) -> tuple:
+    """(broken, fixed) kept when Ctrl-C lands outside a serve(): the runs so far, or what a
+    scenario that runs outside ctx.serve() left in ctx.notes["so_far"] (memory-wall's probes)."""
+    if ctx.notes.get("so_far") is not None:
+        return ctx.notes["so_far"]
+    done = ctx.results
+    return (done[0] if done else None, done[1] if len(done) > 1 else None)
 
 
 def _partial_run(res: ServingResult | None) -> bool:

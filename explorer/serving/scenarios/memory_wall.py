@@ -139,7 +139,11 @@ class MemoryWall(Scenario):
             probes[batch] = serve_capped(lm, batch, budget, s)
             return all(r.ok for r in probes[batch].records)
 
-        lo, hi = find_wall(probe, predicted, ctx.stopped)
+        try:
+            lo, hi = find_wall(probe, predicted, ctx.stopped)
+        except KeyboardInterrupt:
+            ctx.notes["so_far"] = probes_so_far(probes)  # the probes done, kept, marked partial
+            raise
         ctx.notes.update(probes=sorted(probes), fitted_batch=lo or None)
         failed, fitted = probes.get(hi), probes.get(lo)
         if ctx.stopped():
@@ -179,6 +183,18 @@ class MemoryWall(Scenario):
             f"{ev['predicted_batch']} to fail; the run failed at {ev['failed_batch']} "
             f"({how}; caught, this process alive) and fitted {ev['fitted_batch'] or 'none'}"
         )
+
+
+def probes_so_far(probes: dict) -> tuple:
+    """(the smallest batch that failed, the largest that fitted) among the probes run, each
+    marked partial: what Ctrl-C during the search keeps."""
+    failed = [b for b, r in probes.items() if not all(x.ok for x in r.records)]
+    fitted = [b for b, r in probes.items() if all(x.ok for x in r.records)]
+    out = (probes[min(failed)] if failed else None, probes[max(fitted)] if fitted else None)
+    for res in out:
+        if res is not None:
+            res.meta["partial"] = True
+    return out
 
 
 def serve_capped(lm, batch: int, budget: float, s: dict = SIZES) -> ServingResult:
