@@ -8,8 +8,10 @@ non-zero exit status, never a traceback.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import sys
+import time
 from types import ModuleType
 
 from explorer._registry import Registry
@@ -47,11 +49,35 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The console-script entry: Ctrl-C anywhere, start-up (torch's import) included, is one line
     and exit status 130."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = _redeliver(previous)
     try:
         return _main(argv)
     except KeyboardInterrupt as err:
         print(f"explorer: {_interrupted(err)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        sys.unraisablehook = previous
+
+
+def _redeliver(previous):
+    """An unraisable hook: a Ctrl-C that landed in a weakref or gc callback (where Python prints
+    and drops it) is raised again in the main thread instead of being lost; the rest as before."""
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # from another thread, so that it arrives after this hook returns (raised inside
+            # the hook, it would be dropped again), at the main thread's next bytecode
+            _thread.start_new_thread(_interrupt_soon, ())
+            return
+        previous(unraisable)
+
+    return hook
+
+
+def _interrupt_soon() -> None:
+    time.sleep(0.001)  # the hook has returned by then
+    _thread.interrupt_main()
 
 
 def _interrupted(err: KeyboardInterrupt) -> str:

@@ -56,6 +56,19 @@ def writable(path: str | None, flag: str) -> None:
         raise ValueError(f"{flag} {path}: the folder {folder} is not writable")
     if os.path.isdir(path):
         raise ValueError(f"{flag} {path}: that is a folder; give a file name")
+    _can_write_file(path, flag)
+
+
+def _can_write_file(path: str, flag: str) -> None:
+    """The file itself: an existing one writable, a new one creatable (made and removed again)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot be written ({err.strerror or err})") from None
+    if not existed:
+        os.remove(path)
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:

@@ -39,7 +39,15 @@ def _cmd_info(args) -> int:
         "arch:smollm2-135m",
         "arch:qwen2.5-0.5b",
     )
-    info = arch_info(name) if big else load(name, device=args.device, dtype=args.dtype).info
+    if big:
+        import torch
+
+        from explorer.model.device import dtype_name, resolve_dtype
+
+        # "auto" is float32 here (a shape on no device); a bad name is one line, before the build
+        info = arch_info(name, dtype_name(resolve_dtype(args.dtype, torch.device("cpu"))))
+    else:
+        info = load(name, device=args.device, dtype=args.dtype).info
     if args.json:
         extra = {"active_parameters_without_embedding": info.active_parameters_without_embedding}
         print_json({**info.to_dict(), **(extra if info.is_moe else {})})

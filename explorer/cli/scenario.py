@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             f"name a scenario ({', '.join(scenarios.names())}), or give --list to see them"
         )
     sc = scenarios.get(args.name)  # an unknown name: one line listing them, before any load
+    _check_server_flags(args)
     if args.url:
         return _remote(args)
     if args.hardware:
@@ -113,12 +114,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVER_ONLY = (("fixed_url", "--fixed-url"), ("served_model", "--served-model"))
+LOCAL_ONLY = (
+    ("hardware", "--hardware", None),
+    ("memory_budget", "--memory-budget", None),
+    ("engine", "--engine", None),
+    ("scale", "--scale", "default"),
+)
+
+
+def _check_server_flags(args) -> None:
+    """The flags of a run against a server and of a local one are not mixed (each would be
+    ignored by the other): one line naming the flag."""
+    if not args.url:
+        for dest, flag in SERVER_ONLY:
+            if getattr(args, dest) is not None:
+                raise ValueError(f"{flag} goes with --url (a server's base URL); give --url too")
+        return
+    for dest, flag, default in LOCAL_ONLY:
+        if getattr(args, dest) != default:
+            raise ValueError(f"{flag} does not apply to a run against a server (--url); drop it")
+
+
 def _remote(args) -> int:
     """--url: the scenario's workload against a server; the evidence a client sees, the flags."""
     from explorer.model.loader import load
     from explorer.serving.scenarios import remote
 
     remote.check_remote(args.name)  # before any load
+    for url in (args.url, args.fixed_url):
+        if url is not None:
+            remote.check_reachable(url)  # a server that is not there: one line, before the load
     res = remote.run_remote(
         args.name,
         args.url,

@@ -14,7 +14,10 @@ on paper. Every output says modelled and lists its assumptions.
 
 from __future__ import annotations
 
+import math
+
 from explorer._format import number, pct
+from explorer.cli._capacity import check_capacity_flags, check_capacity_lengths
 from explorer.cli.common import print_json
 from explorer.costs.kvdtype import KV_DTYPE_HELP, KV_DTYPES
 
@@ -197,10 +200,12 @@ def _capacity(args) -> int:
     slos = parse_goodput(args.goodput)
     if not slos:
         raise ValueError(f"--capacity needs --goodput SLOs ({', '.join(SLO_NAMES)}), e.g. ttft:500")
-    if not args.gpu_hour_usd > 0:
-        raise ValueError(f"--gpu-hour-usd must be > 0, got {args.gpu_hour_usd}")
+    if not (args.gpu_hour_usd > 0 and math.isfinite(args.gpu_hour_usd)):
+        raise ValueError(f"--gpu-hour-usd must be a number > 0, got {args.gpu_hour_usd}")
+    check_capacity_flags(args)
     args.hardware = args.hardware or "h100"
     info, model, _, _ = _step_model(args)
+    check_capacity_lengths(args, info)
     ans = capacity(
         info,
         args.hardware,
@@ -210,6 +215,7 @@ def _capacity(args) -> int:
         slos=slos,
         num_prompts=max(args.num_prompts, 200),
         **_overrides(args),
+        **_precision(args),
     )
     best = ans["largest_rate"] is not None
     ans["gpu_hour_usd"] = args.gpu_hour_usd
@@ -245,6 +251,16 @@ def _overrides(args) -> dict:
     return out
 
 
+def _precision(args) -> dict:
+    """--dtype and --kv-dtype as the what-if's chip_model takes them (the capacity search too)."""
+    from explorer.costs.hardware import chip_dtype
+
+    out = {"dtype": chip_dtype(args.dtype or "bfloat16")}
+    if args.kv_dtype:
+        out["kv_dtype"] = args.kv_dtype
+    return out
+
+
 def _step_model(args):
     """(ModelInfo, step model, engine knobs, the loaded model or None)."""
     from explorer.model.loader import arch_info, load
@@ -254,10 +270,8 @@ def _step_model(args):
 
         if args.engine != "continuous":
             raise ValueError("--hardware models a continuous-batching server (vLLM-like) only")
-        from explorer.costs.hardware import chip_dtype
-
         name = args.model or "arch:llama-3.1-8b"
-        dtype = chip_dtype(args.dtype or "bfloat16")
+        dtype = _precision(args)["dtype"]
         built = "bfloat16" if dtype == "fp8" else dtype  # fp8: the what-if sets the bytes
         info = arch_info(name, built) if name.startswith("arch:") else load(name, dtype=built).info
         model, paper = chip_model(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from explorer.cli.common import add_threads_flag, print_json, set_threads, writable
 
@@ -40,8 +41,6 @@ def add(sub) -> None:
 
 
 def run(args) -> int:
-    import pandas as pd
-
     from explorer import sweeps
     from explorer.model.loader import load
 
@@ -53,13 +52,39 @@ def run(args) -> int:
     }
     kwargs = sweep.arguments(texts, name_of=lambda p: p.cli_flag)  # before loading: fails fast
     writable(args.csv, "--csv")
+    writable(args.csv and args.csv + ".attrs.json", "--csv")
     set_threads(args.threads)
     lm = load(args.model, device=args.device, dtype=args.dtype)
     df = sweep.run(lm, **kwargs)
-    if args.csv:
-        df.to_csv(args.csv, index=False)
-        with open(args.csv + ".attrs.json", "w") as f:
+    failed = _save(df, args.csv)
+    _print(args, df)  # every row, whether or not the file was written
+    if failed:
+        print(
+            f"explorer: --csv {args.csv}: could not be written ({failed}); the {len(df)} rows "
+            "are printed above (stdout) instead",
+            file=sys.stderr,
+        )
+        return 1
+    return 130 if sweeps.interrupted(df) else 0
+
+
+def _save(df, path: str | None) -> str | None:
+    """Write the table and its attrs; None, or why the file could not be written."""
+    if not path:
+        return None
+    try:
+        df.to_csv(path, index=False)
+        with open(path + ".attrs.json", "w") as f:
             json.dump(df.attrs, f, indent=2, default=str)
+    except OSError as err:
+        return str(err.strerror or err)
+    return None
+
+
+def _print(args, df) -> None:
+    """The rows as JSON (--json) or a table, with the notes."""
+    import pandas as pd
+
     if args.json:
         print_json({"rows": json.loads(df.to_json(orient="records")), "attrs": df.attrs})
     else:
@@ -77,7 +102,6 @@ def run(args) -> int:
             print(f"roofline knee (modelled): B={a['knee_batch_modelled']}")
         for note in a["notes"]:
             print(f"note: {note}")
-    return 130 if sweeps.interrupted(df) else 0
 
 
 def print_noisy(df) -> None:

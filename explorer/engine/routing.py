@@ -133,7 +133,8 @@ def routing_of(trace, step: int | None = None) -> dict[str, Any]:
     out["experts_per_token"] = k
     if not e:
         return out | {"message": dense_message(model), "layers": [], "steps": [], "load": []}
-    steps = trace.steps if step is None else [_one_step(trace.steps, step)]
+    everything = list(trace.steps)  # one snapshot, whatever another thread appends meanwhile
+    steps = everything if step is None else [_one_step(everything, step)]
     rows = [_step_row(s, e, k) for s in steps]
     first = next((s.routing for s in steps if getattr(s, "routing", None)), None)
     layers = [r["layer"] for r in first["layers"]] if first else []
@@ -151,7 +152,7 @@ def routing_of(trace, step: int | None = None) -> dict[str, Any]:
 
 
 def _one_step(steps: list, step: int):
-    if not isinstance(step, int) or not 0 <= step < len(steps):
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < len(steps):
         raise ValueError(
             f"step must be one of the recorded steps 0..{len(steps) - 1}, got {step!r}"
         )

@@ -443,7 +443,8 @@ class Session(StepRecorder):
         says so ({"dense": True, "message": ...})."""
         from explorer.engine.routing import routing_of
 
-        return routing_of(self.trace, step)
+        with self._exclusive("routing()", wait=True):  # a step that runs ends first: one trace
+            return routing_of(self.trace, step)
 
     def _replay(self, step: int | None):
         from explorer.engine.replay import replay_of

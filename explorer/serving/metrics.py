@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,8 +101,8 @@ def parse_goodput(items: list[str] | str | None) -> dict[str, float]:
             slos[name] = float(value)
         except ValueError:
             raise ValueError(f"--goodput: {item!r} needs a number of ms, e.g. {name}:500") from None
-        if slos[name] <= 0:
-            raise ValueError(f"--goodput: {item!r} must be > 0 ms")
+        if not (slos[name] > 0 and math.isfinite(slos[name])):  # nan and inf too
+            raise ValueError(f"--goodput: {item!r} must be a finite number of ms > 0")
     return slos
 
 

@@ -356,24 +356,40 @@ def measure_points(
         if stop is not None and stop.is_set():
             notes.append(f"stopped on request before {label(point)}: {len(rows)} rows kept")
             break
-        try:
-            got = measure(point)
-        except StopSweep as why:
-            notes.append(f"stopped at {label(point)}: {why}")
+        got, note = _measure_one(measure, point, label, len(rows))
+        collected = _collect_garbage()  # Ctrl-C may land here too: the point's rows are kept
+        if got is not None:
+            rows.extend(got if isinstance(got, list) else [got])
+        if note is None and not collected:
+            note = f"interrupted (Ctrl-C) after {label(point)}: {len(rows)} rows kept"
+        if note is not None:
+            notes.append(note)
             break
-        except KeyboardInterrupt:
-            notes.append(f"interrupted (Ctrl-C) at {label(point)}: {len(rows)} rows kept")
-            break
-        except Exception as err:
-            if not is_out_of_memory(err):
-                raise
-            first = str(err).splitlines()[0] if str(err) else repr(err)
-            notes.append(f"stopped at {label(point)}: out of memory ({first})")
-            break
-        finally:
-            gc.collect()
-        rows.extend(got if isinstance(got, list) else [got])
     return rows
+
+
+def _measure_one(measure, point, label, kept: int) -> tuple[dict | list | None, str | None]:
+    """(the point's row(s), None) or (None, the note that ends the sweep)."""
+    try:
+        return measure(point), None
+    except StopSweep as why:
+        return None, f"stopped at {label(point)}: {why}"
+    except KeyboardInterrupt:
+        return None, f"interrupted (Ctrl-C) at {label(point)}: {kept} rows kept"
+    except Exception as err:
+        if not is_out_of_memory(err):
+            raise
+        first = str(err).splitlines()[0] if str(err) else repr(err)
+        return None, f"stopped at {label(point)}: out of memory ({first})"
+
+
+def _collect_garbage() -> bool:
+    """gc.collect(); False when Ctrl-C interrupted it."""
+    try:
+        gc.collect()
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 def interrupted(df: pd.DataFrame) -> bool:

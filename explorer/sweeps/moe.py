@@ -154,6 +154,7 @@ def run(
     check_count("context_len", context_len, 2)
     check_count("repeats", repeats)
     check_context(lm.info, context_len)
+    check_batch_memory(lm, batches, context_len)
     peaks = peaks_for(lm, peaks)
     notes: list[str] = []
     progress_bar = Bar(len(batches) * repeats, "moe sweep", progress, bar)
@@ -172,6 +173,28 @@ def run(
         COLUMNS,
         attrs("moe", lm, peaks, notes, COLUMNS, repeats=repeats, warmup=1, **extra),
     )
+
+
+def batch_bytes(info, batch: int, context_len: int) -> float:
+    """Modelled bytes of one point: the decode pass at this batch (the batch sweep's
+    batch_memory_bytes) plus the prefill of batch x context_len tokens' activations."""
+    from explorer.sweeps.batch_size import batch_memory_bytes
+
+    prefill = (
+        batch * context_len * costs.shape_of(info).act_elems * costs.shape_of(info).bytes_per_value
+    )
+    return batch_memory_bytes(info, batch, context_len) + prefill
+
+
+def check_batch_memory(lm: LoadedModel, batches: list[int], context_len: int) -> None:
+    """NotEnoughMemory (one line) before any point when the largest batch would not fit what the
+    device has free, naming the largest batch that would (explorer.model.memory.check_fits)."""
+    from explorer.model.memory import check_fits, fits
+
+    top = max(batches)
+    ok = [b for b in batches if fits(batch_bytes(lm.info, b, context_len), lm.device)]
+    offer = f"batches up to {max(ok)} fit" if ok else "try smaller batches"
+    check_fits(batch_bytes(lm.info, top, context_len), lm.device, f"--batches {top}", offer)
 
 
 def text_windows(lm: LoadedModel, length: int) -> list[list[int]]:

@@ -108,6 +108,7 @@ class Scenario:
     fix: ClassVar[str]  # the fix in a few words
     model_ok: ClassVar[bool] = True  # has a modelled (--hardware) version in the simulator
     takes_budget: ClassVar[bool] = False  # runs under memory_budget_gb
+    min_budget_gb: ClassVar[float] = 0.0  # the least memory_budget_gb it takes
     order: ClassVar[int] = 0
 
     # --- what a scenario defines ------------------------------------------------------------------
@@ -158,7 +159,7 @@ class Scenario:
 class ScenarioInterrupted(KeyboardInterrupt):
     """Ctrl-C during a scenario: .scenario is what it had (partial), .result the cut run."""
 
-    def __init__(self, scenario: ScenarioResult, result: ServingResult):
+    def __init__(self, scenario: ScenarioResult, result: ServingResult | None):
         super().__init__("interrupted (Ctrl-C)")
         self.scenario, self.result = scenario, result
 
@@ -225,6 +226,12 @@ def check_budget(name: str, gb: float, device="cpu") -> None:
             f"--memory-budget: the {name} scenario has no memory budget (memory-wall has)"
         )
     check_memory_budget(gb, device)
+    least = get(name).min_budget_gb
+    if gb < least:
+        raise ValueError(
+            f"--memory-budget {gb:g} GB is below the {name} scenario's least, {least:g} GB: under "
+            "it the run's own interpreter and engine set-up, not the KV cache, hit the cap first"
+        )
 
 
 def check_sizes(name: str, scale: str = "default", sizes: dict | None = None) -> None:
@@ -280,6 +287,8 @@ def run(
     except RunInterrupted as err:
         part = _partial(sc, ctx, *_cut(ctx, err.result))
         raise ScenarioInterrupted(part, err.result) from None
+    except KeyboardInterrupt:  # between runs or outside serve() (a load, a forked probe)
+        raise ScenarioInterrupted(_partial(sc, ctx, *_so_far(ctx)), None) from None
     cut = _partial_run(broken) or _partial_run(fixed)
     if ctx.stopped() or cut or (broken is None and fixed is None):
         return _partial(sc, ctx, broken, fixed)
@@ -296,6 +305,15 @@ def run(
         sc.title,
         sc.needs_dict(ctx.engine),
     )
+
+
+def _so_far(ctx: ScenarioContext) -> tuple:
+    """(broken, fixed) kept when Ctrl-C lands outside a serve(): the runs so far, or what a
+    scenario that runs outside ctx.serve() left in ctx.notes["so_far"] (memory-wall's probes)."""
+    if ctx.notes.get("so_far") is not None:
+        return ctx.notes["so_far"]
+    done = ctx.results
+    return (done[0] if done else None, done[1] if len(done) > 1 else None)
 
 
 def _partial_run(res: ServingResult | None) -> bool:

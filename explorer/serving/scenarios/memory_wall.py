@@ -38,6 +38,7 @@ SIZES = {
 }
 # a smaller budget: the wall at a small batch, each probe a short run
 SMALL = {**SIZES, "budget_gb": 0.005}
+MIN_BUDGET_GB = 0.002  # below it a child's own allocations hit the cap before the cache does
 CHILD_TIMEOUT_S = 60.0
 GIVE_UP = 4  # no failure up to this many times the predicted batch: the model is off
 
@@ -100,6 +101,7 @@ class MemoryWall(Scenario):
     title = "memory wall: the KV cache of batch x context outgrows the memory"
     needs = ("num_blocks",)
     model_ok, takes_budget = False, True
+    min_budget_gb = MIN_BUDGET_GB
     fix = "a batch the memory holds (or more memory, a smaller KV dtype)"
     why = (
         "Every request in flight keeps a KV cache that grows with its context, so the memory a "
@@ -137,7 +139,11 @@ class MemoryWall(Scenario):
             probes[batch] = serve_capped(lm, batch, budget, s)
             return all(r.ok for r in probes[batch].records)
 
-        lo, hi = find_wall(probe, predicted, ctx.stopped)
+        try:
+            lo, hi = find_wall(probe, predicted, ctx.stopped)
+        except KeyboardInterrupt:
+            ctx.notes["so_far"] = probes_so_far(probes)  # the probes done, kept, marked partial
+            raise
         ctx.notes.update(probes=sorted(probes), fitted_batch=lo or None)
         failed, fitted = probes.get(hi), probes.get(lo)
         if ctx.stopped():
@@ -179,6 +185,18 @@ class MemoryWall(Scenario):
         )
 
 
+def probes_so_far(probes: dict) -> tuple:
+    """(the smallest batch that failed, the largest that fitted) among the probes run, each
+    marked partial: what Ctrl-C during the search keeps."""
+    failed = [b for b, r in probes.items() if not all(x.ok for x in r.records)]
+    fitted = [b for b, r in probes.items() if all(x.ok for x in r.records)]
+    out = (probes[min(failed)] if failed else None, probes[max(fitted)] if fitted else None)
+    for res in out:
+        if res is not None:
+            res.meta["partial"] = True
+    return out
+
+
 def serve_capped(lm, batch: int, budget: float, s: dict = SIZES) -> ServingResult:
     """Serve `batch` requests (cache sized for them) in a forked child capped at `budget` bytes
     of data above its size at the fork; its ServingResult, or one whose requests carry why it
@@ -189,14 +207,17 @@ def serve_capped(lm, batch: int, budget: float, s: dict = SIZES) -> ServingResul
     child = ctx.Process(target=_child, args=(send, lm, requests, budget, s), daemon=True)
     child.start()
     send.close()
+    got, answered = None, False
     try:
         got = receive.recv() if receive.poll(CHILD_TIMEOUT_S) else None
+        answered = True
     except EOFError:  # it ended without sending
-        got = None
-    child.join(5)
-    if child.is_alive():
-        child.kill()
-        child.join()
+        answered = True
+    finally:  # Ctrl-C here too: the child (which ignores SIGINT) never outlives its probe
+        child.join(5 if answered else 0)
+        if child.is_alive():
+            child.kill()
+            child.join()
     if got is None:
         why = f"the child process ended without a result (exit code {child.exitcode})"
         return failed_result(lm, batch, why, child.exitcode in (-9, 137), s)
@@ -226,12 +247,14 @@ def _child(send, lm, requests, budget: float, s: dict) -> None:
     in the child touches the tokenizer (a Rust allocation that fails aborts the process)."""
     import logging
     import resource
+    import signal
     import threading
 
     import torch
 
     from explorer.model.device import is_out_of_memory
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this child
     gc.freeze()  # the parent's objects: transformers' gc.collect() at stop skips them
     batch = len(requests)
     tokenizer, lm.tokenizer = lm.tokenizer, None  # the child's copy: outputs stay token ids

@@ -248,6 +248,9 @@ def run_remote(
     its tokenizer (each server tokenizes them itself); the flags are in RemoteResult.knobs.
     warmup: a few requests to each server first, not measured."""
     check_remote(name)
+    for url in (base_url, fixed_url):
+        if url is not None:
+            check_reachable(url)  # before any request: one line naming the URL, in seconds
     broken_plan, fixed_plan = plans(name, lm)
     runs = {}
     for role, url, plan in (("broken", base_url, broken_plan), ("fixed", fixed_url, fixed_plan)):
@@ -280,6 +283,25 @@ def run_remote(
         name, broken, fixed, verdict_from_outside(name, ev["broken"], ev["fixed"]), why, ev,
         knobs, partial=partial, notes=[NOTE],
     )  # fmt: skip
+
+
+CONNECT_TIMEOUT_S = 3.0  # a server that does not accept a connection in this long is not there
+
+
+def check_reachable(url: str) -> None:
+    """ServerError (one line naming the URL) unless an OpenAI-compatible server answers
+    GET {url}/v1/models; a connection is given CONNECT_TIMEOUT_S."""
+    import httpx
+
+    from explorer.serving.engines.http import ServerError
+
+    if not str(url).startswith(("http://", "https://")):
+        raise ServerError(f"{url!r} is not a server's base URL: give http://host:port")
+    probe = f"{url.rstrip('/').removesuffix('/v1')}/v1/models"
+    try:
+        httpx.get(probe, timeout=httpx.Timeout(10.0, connect=CONNECT_TIMEOUT_S)).raise_for_status()
+    except httpx.HTTPError as err:
+        raise ServerError(f"no OpenAI-compatible server answers at {probe}: {err}") from None
 
 
 def flags_for(plan, turned: list[str]) -> dict[str, str]:

@@ -40,6 +40,14 @@ METRICS = (
     "median_itl_ms",
     "median_e2el_ms",
 )
+UNITS = {  # each measured metric's unit (its name says it) and the most a real run can read
+    "output_throughput": ("output tokens/s", 1e8),
+    "request_throughput": ("requests/s", 1e6),
+    "median_ttft_ms": ("ms", 1e7),
+    "median_tpot_ms": ("ms", 1e7),
+    "median_itl_ms": ("ms", 1e7),
+    "median_e2el_ms": ("ms", 1e8),
+}
 TARGETS = {"output_throughput": 15.0, "median_tpot_ms": 15.0, "median_ttft_ms": 25.0}
 POINT_KEYS = ("id", "source", "model", "chip", "tp", "dtype", "engine", "workload", "measured")
 WORKLOAD_KEYS = {
@@ -64,8 +72,10 @@ FIT_SEARCH = {  # setting: (lowest, highest) the coordinate descent searches
 SHOWN_SETTINGS = (*FIT_SEARCH, "sequence_overhead_s", "request_latency_s", "allreduce_latency_s")
 
 
-def load(path=PUBLISHED) -> dict:
-    """The published runs file, checked: every point names its source and has what it needs."""
+def load(path=None) -> dict:
+    """The published runs file (default PUBLISHED), checked: every point names its source, its
+    engine and version, and has what it needs; every measured value is a finite number > 0."""
+    path = PUBLISHED if path is None else path
     where = str(path)
     try:
         data = json.loads(Path(path).read_text())
@@ -75,17 +85,27 @@ def load(path=PUBLISHED) -> dict:
         raise ValueError(f"{where}: not JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(data, dict) or not isinstance(data.get("points"), list):
         raise ValueError(f"{where}: no 'points' list of published runs")
+    if not data["points"]:
+        raise ValueError(f"{where}: its 'points' list is empty: no published run to compare with")
     sources = data.get("sources") or {}
     for i, point in enumerate(data["points"]):
-        check_point(point, sources, f"{where}: point {point.get('id', i)}")
+        name = point.get("id", i) if isinstance(point, dict) else i
+        check_point(point, sources, f"{where}: point {name}")
     return data
 
 
 def check_point(point: dict, sources: dict, where: str) -> None:
+    if not isinstance(point, dict):
+        raise ValueError(f"{where}: a point must be a JSON object, got {type(point).__name__}")
     missing = [k for k in POINT_KEYS if k not in point]
     if missing:
         raise ValueError(f"{where}: missing {', '.join(missing)}")
-    if point["source"] not in sources:
+    check_engine_named(point.get("engine"), where)
+    check_measured(point["measured"], where)
+    tp = point["tp"]
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise ValueError(f"{where}: tp must be a whole number >= 1, got {tp!r}")
+    if not isinstance(point["source"], str) or point["source"] not in sources:
         raise ValueError(f"{where}: source {point['source']!r} is not in the file's sources")
     wl = point["workload"]
     kind = wl.get("kind") if isinstance(wl, dict) else None
@@ -96,8 +116,65 @@ def check_point(point: dict, sources: dict, where: str) -> None:
     lacking = [k for k in WORKLOAD_KEYS[kind] if k not in wl]
     if lacking:
         raise ValueError(f"{where}: workload ({kind}) is missing {', '.join(lacking)}")
+    check_workload_numbers(wl, where)
     if not any(point["measured"].get(m) is not None for m in METRICS):
         raise ValueError(f"{where}: no measured metric (known: {', '.join(METRICS)})")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_engine_named(engine, where: str) -> None:
+    """A run names its engine and that engine's version, e.g. "vLLM 0.6.0"."""
+    if not isinstance(engine, str) or not engine.strip():
+        raise ValueError(f"{where}: engine must name the serving engine and its version, e.g. "
+                         f"'vLLM 0.6.0'; got {engine!r}")  # fmt: skip
+    if not any(c.isdigit() for c in engine):
+        raise ValueError(
+            f"{where}: engine {engine!r} gives no version; write it as 'vLLM 0.6.0' (name, then "
+            "version or build)"
+        )
+
+
+def check_measured(measured, where: str) -> None:
+    """Every measured value: a known metric (its unit in its name), a finite number > 0 and
+    below what any real run reads."""
+    if not isinstance(measured, dict):
+        raise ValueError(f"{where}: measured must be an object of metrics, got {measured!r}")
+    for key, value in measured.items():
+        if key not in UNITS:
+            known = ", ".join(f"{k} ({u})" for k, (u, _) in UNITS.items())
+            raise ValueError(f"{where}: measured.{key} is not a known metric; known: {known}")
+        unit, most = UNITS[key]
+        if value is None:
+            continue
+        if not _number(value) or not 0 < value <= most:
+            raise ValueError(
+                f"{where}: measured.{key} must be a finite number of {unit} > 0 and <= {most:g}, "
+                f"got {value!r}"
+            )
+
+
+def check_workload_numbers(wl: dict, where: str) -> None:
+    """The workload's counts and lengths are numbers > 0 (spread >= 0; a rate or a concurrency
+    may be null: all at once, no cap)."""
+    for key in ("num_prompts", "input_len", "output_len", "input_mean", "output_mean",
+                "input_max", "output_max", "request_rate", "max_concurrency", "spread"):  # fmt: skip
+        value = wl.get(key)
+        if value is None:
+            continue
+        low_ok = value >= 0 if key == "spread" and _number(value) else _number(value) and value > 0
+        if not low_ok:
+            need = ">= 0" if key == "spread" else "> 0"
+            raise ValueError(
+                f"{where}: workload.{key} must be a finite number {need}, got {value!r}"
+            )
+    for key in ("input_lens", "output_lens"):
+        lens = wl.get(key)
+        if lens is not None and (not isinstance(lens, list) or not lens
+                                 or not all(_number(n) and n >= 1 for n in lens)):  # fmt: skip
+            raise ValueError(f"{where}: workload.{key} must be a list of lengths >= 1")
 
 
 def point_requests(point: dict):
@@ -228,6 +305,10 @@ def fit(
     simulated with at most `at_most` of its requests while searching, to keep the fit minutes."""
     from explorer.serving.simulate.whatif import DEFAULTS
 
+    if not points:
+        raise ValueError(
+            f"--fit: no published run of the fitted sources ({', '.join(FIT_SOURCES)}) to fit on"
+        )
     best = {k: DEFAULTS[k] for k in FIT_SEARCH}
     speed = [m for m in METRICS if m != "median_ttft_ms"]
     points = [_at_most(p, at_most, FIT_TOKENS) for p in points]
@@ -305,14 +386,14 @@ def summary(rows: list[dict]) -> list[dict]:
 STORED = PUBLISHED.with_name("validation.json")
 
 
-def _fingerprint(path=PUBLISHED) -> dict:
+def _fingerprint(path=None) -> dict:
     """What a stored comparison depends on: the runs file and the what-if's defaults."""
     import hashlib
 
     from explorer.serving.simulate.whatif import DEFAULTS
 
     return {
-        "runs_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        "runs_sha256": hashlib.sha256(Path(path or PUBLISHED).read_bytes()).hexdigest(),
         "settings": dict(DEFAULTS),
         "fit_sources": list(FIT_SOURCES),
     }

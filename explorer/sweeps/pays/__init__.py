@@ -108,6 +108,7 @@ class Axis:
     help: str
     low: float = 1
     high: float | Callable[[Any], float | None] | None = None
+    memory: Callable[[Any, float], float] | None = None  # (info, value) -> bytes a point needs
 
     def spec(self) -> Spec:
         """The Spec of one value (its high, when a function of the model, is checked later)."""
@@ -138,6 +139,25 @@ class Axis:
             left = _join(v for v in values if v not in keep)
             notes.append(f"default {self.name} values {left} left out: {info.name} allows {high}")
         return keep or [high]
+
+    def check_memory(self, values: list, lm) -> None:
+        """The largest value's modelled bytes against what lm's device has free (NotEnoughMemory:
+        one line naming both), before any point runs, as the loader checks weights."""
+        if self.memory is None or not values:
+            return
+        from explorer.model.memory import check_fits
+
+        top = max(values)
+        fit = [v for v in values if self._fits(v, lm)]
+        offer = f"the values up to {max(fit)} fit" if fit else "try smaller values"
+        check_fits(
+            self.memory(lm.info, top), lm.device, f"--values for --over {self.name}: {top}", offer
+        )
+
+    def _fits(self, value, lm) -> bool:
+        from explorer.model.memory import fits
+
+        return fits(self.memory(lm.info, value), lm.device)
 
     def check_model(self, values: list, info) -> None:
         """Values against the loaded model (e.g. a prompt longer than its positions)."""
@@ -283,6 +303,7 @@ def run(
         values = axis.fitting(axis.parse(axis.default), lm.info, notes)
     values = axis.parse(values)
     axis.check_model(values, lm.info)
+    axis.check_memory(values, lm)
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"--repeats must be a whole number >= 1, got {repeats!r}")
     ctx = TrickContext(lm, axis.name, values, repeats, warmup, notes, {}, seed, options)

@@ -244,3 +244,19 @@ def one_pass(
         return out
 
     return run
+
+
+def decode_memory(context_len: int, tokens_fed: int = 1):
+    """An Axis's memory for a batch axis: the modelled bytes of a decode pass of `batch` rows,
+    each feeding tokens_fed tokens at context_len (explorer.sweeps.batch_size's model, which
+    the batch sweep checks before each point)."""
+    from explorer.sweeps.batch_size import batch_memory_bytes
+
+    return lambda info, batch: batch_memory_bytes(info, int(batch) * tokens_fed, context_len)
+
+
+def context_memory(info, context_len) -> float:
+    """An Axis's memory for a context axis: one row's decode pass at that context."""
+    from explorer.sweeps.batch_size import batch_memory_bytes
+
+    return batch_memory_bytes(info, 1, int(context_len))

@@ -40,7 +40,7 @@ from explorer.sweeps.pays import (
     figures,
     register_trick,
 )
-from explorer.sweeps.pays._context import one_pass
+from explorer.sweeps.pays._context import context_memory, one_pass
 from explorer.sweeps.pays._why import regime_phrase
 
 SUFFIX, PREFIX = 16, 256
@@ -155,6 +155,7 @@ register_trick(
                 "context length of the decode step (the static cache holds the longest)",
                 low=2,
                 high=_positions_left(0),
+                memory=context_memory,
             ),
         ),
         setup=static_setup,

@@ -18,7 +18,7 @@ from explorer.costs.tricks import overhead_cut_speedup, overhead_removed_s
 from explorer.engine.options import Compiled, compile_mode
 from explorer.model.loader import LoadedModel, load
 from explorer.sweeps.pays import MEASURED, Axis, Trick, TrickContext, figures, register_trick
-from explorer.sweeps.pays._context import one_pass
+from explorer.sweeps.pays._context import decode_memory, one_pass
 from explorer.sweeps.pays._why import regime_phrase
 
 CONTEXT = 64
@@ -86,7 +86,13 @@ register_trick(
                 ("bundled:target", "arch:smollm2-135m", "arch:qwen2.5-0.5b"),
                 "models, e.g. bundled:target,arch:smollm2-135m (each loaded here, batch 1)",
             ),
-            Axis("batch", "ints", (1, 8, 32), f"rows of one decode step (context {CONTEXT})"),
+            Axis(
+                "batch",
+                "ints",
+                (1, 8, 32),
+                f"rows of one decode step (context {CONTEXT})",
+                memory=decode_memory(CONTEXT),
+            ),  # fmt: skip
         ),
         setup=setup,
         order=40,

@@ -328,8 +328,10 @@ register_trick(
                 "chunk",
                 "ints",
                 (16, 32, 64, 128, 256),
-                "max_batch_tokens: query tokens per iteration, the prefill chunk",
+                "max_batch_tokens: query tokens per iteration, the prefill chunk (at most the "
+                "model's context: a larger chunk is the whole prompt)",
                 low=8,
+                high=lambda info: info.max_positions or None,
             ),
         ),  # fmt: skip
         setup=setup_chunked,

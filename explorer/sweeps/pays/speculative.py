@@ -37,7 +37,7 @@ from explorer.sweeps.pays import (
     figures,
     register_trick,
 )
-from explorer.sweeps.pays._context import one_pass
+from explorer.sweeps.pays._context import decode_memory, one_pass
 
 CONTEXT, K, NEW_TOKENS = 64, 4, 32
 PROMPTS = (  # a fixed prompt set for alpha (prose and code, as the bundled models were trained on)
@@ -191,7 +191,13 @@ def _setup(lookup: bool):
 
 
 AXES = (
-    Axis("batch", "ints", (1, 4, 16, 64), f"rows decoding together (k = {K})"),
+    Axis(
+        "batch",
+        "ints",
+        (1, 4, 16, 64),
+        f"rows decoding together (k = {K})",
+        memory=decode_memory(CONTEXT + K, K + 1),
+    ),  # fmt: skip
     Axis("k", "ints", (1, 2, 4, 8), "draft tokens proposed per round (batch 1)", high=32),
 )
 UNIT = "one generated token per row (s)"

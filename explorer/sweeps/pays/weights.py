@@ -20,7 +20,7 @@ from __future__ import annotations
 from explorer.costs.tricks import fewer_bytes_speedup
 from explorer.model.loader import with_weights
 from explorer.sweeps.pays import MEASURED, Axis, Trick, TrickContext, figures, register_trick
-from explorer.sweeps.pays._context import one_pass
+from explorer.sweeps.pays._context import decode_memory, one_pass
 from explorer.sweeps.pays._why import regime_phrase
 
 PAST = 16  # cached tokens before the fed ones
@@ -105,7 +105,13 @@ AXES = (
         f"tokens fed in one pass onto {PAST} cached (1: a decode step)",
         high=lambda info: info.max_positions - PAST if info.max_positions else None,
     ),
-    Axis("batch", "ints", (1, 8, 64), f"rows of one decode step (context {BATCH_CONTEXT})"),
+    Axis(
+        "batch",
+        "ints",
+        (1, 8, 64),
+        f"rows of one decode step (context {BATCH_CONTEXT})",
+        memory=decode_memory(BATCH_CONTEXT),
+    ),  # fmt: skip
 )
 for _order, _kind in enumerate(("int8", "bf16", "fp16")):
     register_trick(
