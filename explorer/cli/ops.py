@@ -18,13 +18,14 @@ def _setup(args):
     fp8 = str(args.dtype).lower() in FP8
     if fp8 and not args.chip:
         raise ValueError("--dtype fp8 is modelled on a chip only: add --chip (e.g. --chip h100)")
-    info = _cost_info(args.model, args.device, "bfloat16" if fp8 else args.dtype)
+    dtype = "bfloat16" if fp8 or (args.chip and args.dtype == "auto") else args.dtype
+    info = _cost_info(args.model, args.device, dtype)
     shape = fp8_shape(shape_of(info)) if fp8 else None
     if args.chip:
         chip = hardware.chip_named(args.chip)
         peaks = hardware.chip_peaks(args.chip, "fp8" if fp8 else info.dtype)
         where = f"{args.tp} x {chip.name}" if args.tp > 1 else chip.name
-        where += f" ({'fp8' if fp8 else peaks.dtype}, modelled: {chip.source})"
+        where += f" ({'fp8' if fp8 else peaks.dtype}, modelled from the datasheet)"
         link = chip.interconnect_gbps
     else:
         if args.tp != 1:
@@ -52,9 +53,9 @@ def run_ops(args) -> int:
     if args.html:
         from explorer import plots
 
-        fig = plots.step_figure(rows, title=_title(table, where))
+        fig = plots.step_figure(rows, title=_title(table, where, "<br>"))
         with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(plots.figure_html(fig, title=_title(table, where)))
+            fh.write(plots.figure_html(fig))
     if args.json:
         print_json({"model": info.name, "where": where, "tp": args.tp, **head, "rows": rows})
         return 0
@@ -64,10 +65,10 @@ def run_ops(args) -> int:
     return 0
 
 
-def _title(table, where: str) -> str:
+def _title(table, where: str, sep: str = " ") -> str:
     return (
         f"{table.model}: one {table.phase} step op by op (B={table.batch}, fed {table.tokens_fed}, "
-        f"context {table.context_len}) on {where}"
+        f"context {table.context_len}){sep}on {where}"
     )
 
 

@@ -27,7 +27,7 @@ BOUND_COLORS = {
     "stage": "#dddddd",
 }
 EXPERT_COLORS = {"routed": "#dd8452", "idle": "#eeeeee"}
-LEFT, ATTN, MLP = 0.0, 2.0, 3.2
+LEFT, ATTN, MLP = 0.0, 1.8, 3.6
 STACK_SPAN = 9.0  # y units the layer stack takes in the left column
 
 
@@ -72,7 +72,7 @@ def _shares(rows: list[dict]) -> None:
 
 
 def _size(share: float) -> float:
-    return 16 + 44 * min(1.0, share * 3) ** 0.5
+    return 14 + 26 * min(1.0, share * 3) ** 0.5
 
 
 def _op_points(rows: list[dict]) -> list[dict]:
@@ -96,7 +96,7 @@ def _left_points(rows: list[dict], layers: int) -> tuple[list[dict], float, floa
     stack_y = y
     y += STACK_SPAN + 1.2
     for r in rows:
-        if r["stage"] in ("final", "head", "sampling"):
+        if r["stage"] in ("final", "head", "sampling", "overhead"):
             pts.append({"x": LEFT, "y": y, "row": r})
             y += 1.2
     return pts, stack_y, y
@@ -172,7 +172,7 @@ def step_figure(
     highlighted (Play); routed: {"num_experts", "touched"} of the opened layer (MoE)."""
     fig = go.Figure(layout=_layout(height=height, showlegend=True, hovermode="closest"))
     fig.update_layout(margin=dict(l=20, r=20, t=70, b=20), title=dict(text=title, x=0.01))
-    fig.update_xaxes(visible=False, range=[-0.6, 5.0])
+    fig.update_xaxes(visible=False, range=[-0.6, 5.4])
     fig.update_yaxes(visible=False, autorange="reversed")
     if not rows:
         fig.add_annotation(text="Take a step to draw it.", showarrow=False, x=2, y=5)
@@ -204,11 +204,11 @@ def step_figure(
 def _frame(fig: go.Figure, stack_y: float, bottom: float, opened: int, layers: int) -> None:
     """Token in / token out labels, the opened layer's outline and its two halves' titles."""
     notes = [("token in", LEFT, 0.0), ("token out", LEFT, bottom),
-             (f"layer {opened} of {layers}, opened: attention", ATTN, 0.2),
+             (f"layer {opened} of {layers}, opened: attention", ATTN - 0.2, 0.2),
              ("MLP", MLP, 0.2), (f"{layers} layers", LEFT - 0.35, stack_y + STACK_SPAN / 2)]  # fmt: skip
     for text, x, y in notes:
         fig.add_annotation(text=f"<b>{text}</b>", x=x, y=y, showarrow=False, xanchor="left")
-    fig.add_shape(type="rect", x0=ATTN - 0.3, x1=4.9, y0=0.0, y1=STACK_SPAN + 7.4,
+    fig.add_shape(type="rect", x0=ATTN - 0.3, x1=5.3, y0=0.0, y1=STACK_SPAN + 7.4,
                   line=dict(color="#6c8ebf", dash="dot"), layer="below")  # fmt: skip
     fig.add_shape(type="line", x0=LEFT + 0.15, x1=ATTN - 0.3, y0=stack_y, y1=0.0,
                   line=dict(color="#6c8ebf", dash="dot"))  # fmt: skip

@@ -1,0 +1,200 @@
+"""The "The step, drawn" tab: the selected step as a picture of the model, op by op.
+
+    picture    explorer.plots.step_figure over the step's operators (explorer.costs.operators)
+               timed at this machine's measured peaks or a chosen chip's (modelled); redrawn when a
+               step is taken or selected, only while the tab is shown
+    Measure    explorer.costs.opprofile.profile_session_ops: the step once more under
+               torch.profiler, each op's measured time beside its modelled one
+    roofline   the operators on the machine's (or chip's) roofline (explorer.plots.ops_roofline_figure)
+Clicking a layer of the stack opens it (MoE: the experts this step routed to in that layer light up).
+"""
+
+from __future__ import annotations
+
+import ipywidgets as W
+
+from explorer import plots
+from explorer.app.controls import button, tagged
+from explorer.app.tabs import Tab, register
+from explorer.app.views import figure_widget
+from explorer.costs import hardware
+from explorer.costs.operators import UnknownFamily
+from explorer.costs.opprofile import fused_attention, profile_session_ops, step_table
+from explorer.costs.optime import timed
+
+HERE = "this machine (measured peaks)"
+
+
+def chip_choices() -> list[str]:
+    return [HERE] + [c.short_name for c in hardware.KNOWN_CHIPS.values()]
+
+
+def chip_peaks_for(name: str):
+    """A chip's modelled peaks in the first of bf16, fp16, fp32 it has a figure for."""
+    chip = hardware.chip_named(name)
+    dtype = next(d for d in ("bfloat16", "float16", "float32") if d in chip.dtypes())
+    return hardware.chip_peaks(name, dtype)
+
+
+@register(36)
+class StepTab(Tab):
+    name, title = "step", "The step, drawn"
+    about = (
+        "The selected step drawn as the model it runs through: one layer opened into its "
+        "operators, each box sized by its share of the step and coloured by what bounds it "
+        "(modelled at the roofs; press Measure for this machine's measured time per op). Prefill "
+        "turns the matmuls compute-bound, decode leaves them memory-bound."
+    )
+
+    def __init__(self, dash):
+        super().__init__(dash)
+        self.live, self.measured, self.opened = False, None, 0
+        self.rows: list[dict] = []
+        self.fig = tagged(figure_widget(plots.step_figure), "step-picture")
+        self.roof = tagged(figure_widget(plots.ops_roofline_figure), "step-roofline")
+        self.chip = tagged(
+            W.Dropdown(options=chip_choices(), value=HERE, description="roofs of",
+                       layout=W.Layout(width="340px")), "step-chip")  # fmt: skip
+        self.chip.observe(lambda _: self.refresh(), names="value")
+        self.measure_button = button(
+            "step-measure", "Measure this step", "search", width=None,
+            tip="run the step once more under torch.profiler: measured time per operator")  # fmt: skip
+        self.measure_button.on_click(lambda _: dash.guard.call("Measuring the step", self.measure))
+        self.text = tagged(W.HTML(), "step-text")
+        self.parts = {"step-picture": self.fig, "step-roofline": self.roof, "step-chip": self.chip,
+                      "step-measure": self.measure_button, "step-text": self.text}  # fmt: skip
+        self.widget = W.VBox([W.HBox([self.chip, self.measure_button]), self.text, self.fig,
+                              self.roof])  # fmt: skip
+        self.widget.add_class("ie-step-tab")
+        self.parts["step-tab"] = self.widget
+
+    # --- the Tab protocol ---
+
+    def figures(self):
+        return [self.fig, self.roof]
+
+    def export_figures(self) -> dict:
+        return {"the step, drawn": self.fig, "operators roofline": self.roof}
+
+    def set_live(self, live: bool) -> None:
+        self.live = live
+        if live:
+            self.refresh()
+
+    def steps_added(self, steps) -> None:
+        self.measured = None
+        if self.live and self.dash.selected is None:
+            self.refresh()
+
+    def steps_reset(self, steps) -> None:
+        self.measured = None
+        if self.live:
+            self.refresh()
+
+    def step_selected(self, index) -> None:
+        self.measured = None
+        if self.live:
+            self.refresh()
+
+    def session_changed(self) -> None:
+        self.measured, self.opened = None, 0
+
+    def flush(self) -> None:
+        self.refresh()
+
+    def set_busy(self, busy: bool) -> None:
+        self.measure_button.disabled = busy
+
+    # --- views ---
+
+    def step(self):
+        index = self.dash.shown_index()
+        return None if index is None else self.dash.session.steps[index]
+
+    def peaks(self):
+        if self.chip.value == HERE:
+            return self.dash.peaks()
+        return chip_peaks_for(self.chip.value)
+
+    def modelled_rows(self, step) -> tuple[list[dict], str]:
+        """The step's operators timed at the chosen roofs, and a note ("" when all is drawn)."""
+        lm, peaks = self.dash.session.lm, self.peaks()
+        if peaks is None:
+            return [], "No measured peaks for this machine yet: pick a chip to model the roofs."
+        table = step_table(lm.info, step, fused=fused_attention(lm.model))
+        return timed(table, peaks), ""
+
+    def refresh(self) -> None:
+        """Redraw the picture and the roofline for the step in view."""
+        step, note = self.step(), ""
+        rows: list[dict] = []
+        if step is not None:
+            try:
+                rows, note = self.modelled_rows(step)
+            except UnknownFamily as err:
+                note = str(err)
+            if self.measured is not None and self.measured["step"] == step.index:
+                rows = self.measured["rows"]
+        self.rows = rows
+        self.draw(step, rows, note)
+
+    def draw(self, step, rows: list[dict], note: str) -> None:
+        info = self.dash.session.lm.info
+        where = self.chip.value if self.chip.value != HERE else "this machine"
+        kind = "measured + modelled" if rows and "measured_s" in rows[0] else "modelled"
+        title = "" if step is None else (
+            f"{info.name}: step {step.index} ({step.phase}, B={step.batch_size}, fed "
+            f"{step.tokens_fed}, context {step.context_len})<br>at the roofs of {where} ({kind})")  # fmt: skip
+        fig = plots.step_figure(rows, title=title, layers=info.layers, opened=self.opened,
+                                routed=self.routed(step), note=note)  # fmt: skip
+        plots.redraw(self.fig, fig)
+        self._wire_clicks()
+        peaks = self.peaks() if rows else None
+        plots.redraw(self.roof, plots.ops_roofline_figure(rows, peaks, title="Operators roofline"))
+        self.text.value = self.caption(rows, note)
+
+    def caption(self, rows: list[dict], note: str) -> str:
+        if not rows:
+            return note or "Take a step to draw it."
+        layer = {r["name"] for r in rows if r["stage"] == "layer"}
+        top = sorted(rows, key=lambda r: -(r.get("measured_s") or r["time_s"]))[:3]
+        tops = ", ".join(f"{r['name']} ({r.get('measured_bound') or r['bound']})" for r in top)
+        return f"{len(layer)} operators per layer; the top three by time: {tops}."
+
+    def routed(self, step) -> dict | None:
+        """The experts step `step` routed to in the opened layer (None: dense or not recorded)."""
+        if step is None or not self.dash.session.lm.info.num_experts:
+            return None
+        layers = ((getattr(step, "routing", None) or {}).get("layers")) or []
+        if not layers:
+            return None
+        rec = next((r for r in layers if r.get("layer") == self.opened), None)
+        if rec is None:
+            return None
+        return {"num_experts": self.dash.session.lm.info.num_experts, "touched": rec["touched"]}
+
+    def _wire_clicks(self) -> None:
+        for trace in self.fig.data:
+            if trace.name == "layers":
+                trace.on_click(self._layer_clicked)
+
+    def _layer_clicked(self, trace, points, state) -> None:
+        if points.point_inds:
+            self.open_layer(points.point_inds[0])
+
+    def open_layer(self, index: int) -> None:
+        """Open layer `index` in the picture (its experts, for an MoE)."""
+        self.opened = int(index)
+        self.draw(self.step(), self.rows, "")
+
+    def measure(self) -> None:
+        """Profile the step in view per operator and redraw with its measured times."""
+        step = self.step()
+        if step is None:
+            self.dash.guard.say("Take a step first: Measure profiles a step that ran.", "warn")
+            return
+        self.measured = profile_session_ops(self.dash.session, step.index)
+        self.refresh()
+        self.dash.guard.say(
+            f"Measured step {self.measured['step']} per operator ({self.measured['timing']}).", "ok"
+        )

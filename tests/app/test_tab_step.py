@@ -1,0 +1,70 @@
+"""The "The step, drawn" tab: the picture's boxes and hover texts follow the session's steps.
+
+Without a browser: set `.value`, click(), and check the figures' data (fixtures in conftest.py)."""
+
+from __future__ import annotations
+
+from app_helpers import click_point, show_tab, trace_of
+
+from explorer.app import Dashboard
+
+BOX_TRACES = ("memory-bound", "compute-bound", "overhead", "interconnect")
+
+
+def boxes(fig) -> dict[str, str]:
+    """{op name: hover text} of every operator box in the picture."""
+    out = {}
+    for t in fig.data:
+        if t.name in BOX_TRACES:
+            out.update(zip(t.customdata, t.hovertext))
+    return out
+
+
+def test_step_tab_draws_every_operator_with_hover_and_follows_steps(dash):
+    tab = dash.tab("step")
+    dash.parts["step"].click()  # the prefill, while the tab is hidden: nothing drawn
+    assert not boxes(dash.parts["step-picture"])
+    show_tab(dash, "step")
+    assert "No measured peaks" in dash.parts["step-text"].value  # this dash measures none
+    dash.parts["step-chip"].value = "h100"
+    pic = dash.parts["step-picture"]
+    shown = boxes(pic)
+    layer = [n for n in shown if n not in ("embed_tokens", "final_norm", "lm_head")
+             and not n.startswith("sampling/")]  # fmt: skip
+    assert len(layer) == 15 and {"q_proj", "attention", "down_proj", "kv_write"} <= set(layer)
+    for name, hover in shown.items():
+        assert name in hover and "shapes:" in hover and "FLOPs" in hover and " ms modelled" in hover
+    assert "step 0 (prefill" in pic.layout.title.text and "h100" in pic.layout.title.text
+    assert "15 operators per layer" in dash.parts["step-text"].value
+    assert len(trace_of(pic, "layers").y) == dash.session.lm.info.layers
+    dash.parts["step"].click()  # a decode step while shown: redrawn
+    assert "step 1 (decode" in pic.layout.title.text
+    assert "fed 1," in pic.layout.title.text and "B=1" in pic.layout.title.text
+    assert "[1, 64]" in boxes(pic)["q_proj"]  # one token fed: x [1, hidden]
+    roof = dash.parts["step-roofline"]
+    assert sum(len(t.x) for t in roof.data if t.name.endswith("-bound ops")) >= 8
+    click_point(pic, "layers", 1)  # a click on the stack opens that layer
+    assert tab.opened == 1 and "layer 1 of 2" in str(pic.layout.annotations)
+    dash.select(0)  # the prefill again: the same boxes, prefill shapes
+    assert "step 0 (prefill" in pic.layout.title.text
+    assert "chart: the step, drawn" in dash.tab("export")._choices()
+    assert dash.guard.errors == [], dash.guard.errors
+
+
+def test_step_tab_measures_per_operator(tiny):
+    d = Dashboard(lm=tiny, prompt="abc", max_new_tokens=None)  # peaks measured
+    try:
+        for _ in range(2):
+            d.parts["step"].click()
+        show_tab(d, "step")
+        d.parts["step-measure"].click()
+        rows = {r["name"]: r for r in d.tab("step").rows}
+        assert rows["q_proj"]["measured_s"] > 0 and rows["framework/python"]["measured_s"] > 0
+        assert "not separated" in rows["mlp_residual"]["measured_note"]
+        pic = d.parts["step-picture"]
+        assert "measured + modelled" in pic.layout.title.text
+        assert "framework/python" in boxes(pic) and "ms measured" in boxes(pic)["q_proj"]
+        assert d.guard.errors == [], d.guard.errors
+    finally:
+        d.pause()
+        d.wait(10)
