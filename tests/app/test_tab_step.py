@@ -68,3 +68,26 @@ def test_step_tab_measures_per_operator(tiny):
     finally:
         d.pause()
         d.wait(10)
+
+
+def test_step_tab_lights_the_experts_routed_this_step():
+    from explorer import load
+
+    d = Dashboard(lm=load("bundled:moe"), prompt="Once upon a time", measure_peaks=False,
+                  max_new_tokens=None)  # fmt: skip
+    try:
+        show_tab(d, "step")
+        d.parts["step-chip"].value = "h100"
+        d.parts["step"].click()
+        d.parts["step"].click()
+        pic = d.parts["step-picture"]
+        experts = trace_of(pic, "experts routed this step")
+        routing = d.session.routing(1)
+        touched = routing["steps"][0]["layers"][0]["touched"]
+        lit = [i for i, c in enumerate(experts.marker.color) if c == "#dd8452"]
+        assert lit == sorted(touched) and len(experts.x) == routing["num_experts"]
+        assert len(lit) == routing["experts_per_token"]  # one token decoded: its k experts
+        assert {"router", "experts_gate_up", "experts_down"} <= set(boxes(pic))
+    finally:
+        d.pause()
+        d.wait(10)

@@ -162,16 +162,16 @@ class StepTab(Tab):
         return f"{len(layer)} operators per layer; the top three by time: {tops}."
 
     def routed(self, step) -> dict | None:
-        """The experts step `step` routed to in the opened layer (None: dense or not recorded)."""
+        """The experts step `step` routed to in the opened layer, from session.routing() (None:
+        a dense model, or a step that recorded no routing)."""
         if step is None or not self.dash.session.lm.info.num_experts:
             return None
-        layers = ((getattr(step, "routing", None) or {}).get("layers")) or []
-        if not layers:
-            return None
+        found = self.dash.session.routing(step.index)
+        layers = found["steps"][0].get("layers") or [] if found["steps"] else []
         rec = next((r for r in layers if r.get("layer") == self.opened), None)
         if rec is None:
             return None
-        return {"num_experts": self.dash.session.lm.info.num_experts, "touched": rec["touched"]}
+        return {"num_experts": found["num_experts"], "touched": rec["touched"]}
 
     def _wire_clicks(self) -> None:
         for trace in self.fig.data:
