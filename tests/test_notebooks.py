@@ -352,7 +352,9 @@ def check_14(f: dict) -> None:
 
 
 def check_15(f: dict) -> None:
-    assert f["ops_per_layer"] == 15, "a Llama layer: norm, q, k, v, rope, kv write, attention, o, add, ..."
+    assert f["ops_per_layer"] == 15, (
+        "a Llama layer: norm, q, k, v, rope, kv write, attention, o, add, ..."
+    )
     assert f["sum_worst"] < 1e-9, "the operators' sums are the parts, exactly"
     assert f["attention_decode_bytes"] >= f["kv_expected"], "attention reads the whole KV cache"
     assert set(f["top_decode"]) == {"gate_proj", "up_proj", "down_proj"}

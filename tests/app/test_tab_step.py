@@ -47,7 +47,10 @@ def test_step_tab_draws_every_operator_with_hover_and_follows_steps(dash):
     assert tab.opened == 1 and "layer 1 of 2" in str(pic.layout.annotations)
     dash.select(0)  # the prefill again: the same boxes, prefill shapes
     assert "step 0 (prefill" in pic.layout.title.text
-    assert "chart: the step, drawn" in dash.tab("export")._choices()
+    show_tab(dash, "export")  # the Export tab offers the picture as an offline HTML file
+    dash.parts["export-what"].value = "chart: step drawn"
+    dash.parts["export-button"].click()
+    assert "step-drawn-" in dash.parts["export-links"].value
     assert dash.guard.errors == [], dash.guard.errors
 
 

@@ -49,6 +49,7 @@ class StepTab(Tab):
     def __init__(self, dash):
         super().__init__(dash)
         self.live, self.measured, self.opened = False, None, 0
+        self.drawn: int | None = None  # the step the picture shows (None: not drawn yet)
         self.rows: list[dict] = []
         self.fig = tagged(figure_widget(plots.step_figure), "step-picture")
         self.roof = tagged(figure_widget(plots.ops_roofline_figure), "step-roofline")
@@ -74,7 +75,7 @@ class StepTab(Tab):
         return [self.fig, self.roof]
 
     def export_figures(self) -> dict:
-        return {"the step, drawn": self.fig, "operators roofline": self.roof}
+        return {"step drawn": self.fig, "operators roofline": self.roof}
 
     def set_live(self, live: bool) -> None:
         self.live = live
@@ -100,7 +101,10 @@ class StepTab(Tab):
         self.measured, self.opened = None, 0
 
     def flush(self) -> None:
-        self.refresh()
+        """Before an export: redraw a picture drawn for another step (never the first draw: the
+        dashboard flushes every tab before display, and this one draws only once shown)."""
+        if self.live or (self.drawn is not None and self.drawn != self.dash.shown_index()):
+            self.refresh()
 
     def set_busy(self, busy: bool) -> None:
         self.measure_button.disabled = busy
@@ -135,7 +139,7 @@ class StepTab(Tab):
                 note = str(err)
             if self.measured is not None and self.measured["step"] == step.index:
                 rows = self.measured["rows"]
-        self.rows = rows
+        self.rows, self.drawn = rows, None if step is None else step.index
         self.draw(step, rows, note)
 
     def draw(self, step, rows: list[dict], note: str) -> None:
