@@ -360,3 +360,35 @@ def operators(
     bld.sampling()
     return OpTable(info.name, info.family, info.dtype, batch, tokens_fed, context_len, use_cache,
                    fused_attention, bld.ops, kv_dtype)  # fmt: skip
+
+
+def coarse_operators(info, *, batch: int, tokens_fed: int, context_len: int) -> OpTable:
+    """What can be drawn of a family with no operator list: the embedding, each layer as one box
+    (its parameters read once, 2 FLOPs per parameter per token, its K/V read and written), the
+    head and the sampling chain, from ModelInfo alone (modelled, coarsely)."""
+    b = 2 if "16" in str(info.dtype) else 4
+    h, V, L = info.hidden_size, info.vocab_size, info.layers
+    rows = batch * tokens_fed
+    per_layer = (info.parameters - V * h * (1 if info.tied_embeddings else 2)) / L
+    kv = 2 * info.kv_heads * info.head_dim * b * batch
+    ops = [
+        Op("embed_tokens", "embedding", "embedding", "embedding",
+           "Looks up one row of the token embedding table per fed token.",
+           f"[{rows}, {h}]", 0.0, None, {"weights/embedding": float(rows * h * b)}),
+        Op("layer", "layer", "matmul", "layer",
+           f"One {info.family} layer, drawn whole: its operator list is not known here.",
+           f"[{rows}, {h}] -> [{rows}, {h}]", 2.0 * rows * per_layer, "flops/layers",
+           {"weights/layers": per_layer * b, "kv_read": float(kv * (context_len - tokens_fed)),
+            "kv_write": float(kv * tokens_fed)}, L),
+        Op("lm_head", "head", "matmul", "lm_head",
+           "Matmul: a score (logit) for every vocabulary token.", _mm(batch, h, V),
+           2.0 * batch * h * V, "flops/lm_head", {"weights/lm_head": float(V * h * b)}),
+    ]  # fmt: skip
+    shape = f"[{batch}, {V}]"
+    ops += [Op(f"sampling/{n}", "sampling", "sampling", "sampling", w, shape, 0.0, None,
+               {"sampling": 8.0 * batch * V}) for n, w in (
+        ("processors", "Temperature, top-k, top-p, penalties: each rewrites the logits."),
+        ("softmax", "Softmax turns the final logits into probabilities."),
+        ("draw", "Draws the next token (or takes the argmax when greedy)."))]  # fmt: skip
+    return OpTable(info.name, info.family, info.dtype, batch, tokens_fed, context_len, True,
+                   True, ops)  # fmt: skip

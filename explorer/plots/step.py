@@ -26,6 +26,7 @@ BOUND_COLORS = {
     "interconnect": "#8172b3",
     "stage": "#dddddd",
 }
+BOX_TRACES = ("memory-bound", "compute-bound", "overhead", "interconnect", "stage")
 EXPERT_COLORS = {"routed": "#dd8452", "idle": "#eeeeee"}
 LEFT, ATTN, MLP = 0.0, 1.8, 3.6
 STACK_SPAN = 9.0  # y units the layer stack takes in the left column

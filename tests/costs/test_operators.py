@@ -170,3 +170,16 @@ def test_cli_ops_json_html_and_bad_input(capsys, tmp_path):
         assert main([*base, *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("explorer: ") and "\n" not in err, err
+
+
+def test_coarse_operators_of_an_unknown_family_read_every_parameter_once():
+    from explorer.costs.operators import coarse_operators
+
+    info = dataclasses.replace(arch_info("llama-3.2-1b"), family="phi3")
+    table = coarse_operators(info, batch=1, tokens_fed=1, context_len=64)
+    weights = sum(v * op.count for op in table.ops for k, v in op.bytes.items()
+                  if k.startswith("weights/") and k != "weights/embedding")  # fmt: skip
+    assert weights == pytest.approx(info.parameters * 2)  # tied: the head is the embedding matrix
+    assert [op.name for op in table.layer_ops()] == ["layer"] and table.layer_ops()[0].count == 16
+    rows = timed(table, hardware.chip_peaks("h100", "bfloat16"))
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)

@@ -18,11 +18,12 @@ from explorer.app.controls import button, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
 from explorer.costs import hardware
-from explorer.costs.operators import UnknownFamily
+from explorer.costs.operators import UnknownFamily, coarse_operators
 from explorer.costs.opprofile import fused_attention, profile_session_ops, step_table
 from explorer.costs.optime import timed
 
 HERE = "this machine (measured peaks)"
+ATTENTION_OPS = ("attention", "qk_scores", "softmax", "attn_v")
 
 
 def chip_choices() -> list[str]:
@@ -125,7 +126,12 @@ class StepTab(Tab):
         lm, peaks = self.dash.session.lm, self.peaks()
         if peaks is None:
             return [], "No measured peaks for this machine yet: pick a chip to model the roofs."
-        table = step_table(lm.info, step, fused=fused_attention(lm.model))
+        try:
+            table = step_table(lm.info, step, fused=fused_attention(lm.model))
+        except UnknownFamily as err:  # draw what can be drawn, and say so
+            table = coarse_operators(lm.info, batch=step.batch_size, tokens_fed=step.tokens_fed,
+                                     context_len=step.context_len)  # fmt: skip
+            return timed(table, peaks), str(err)
         return timed(table, peaks), ""
 
     def refresh(self) -> None:
@@ -133,10 +139,7 @@ class StepTab(Tab):
         step, note = self.step(), ""
         rows: list[dict] = []
         if step is not None:
-            try:
-                rows, note = self.modelled_rows(step)
-            except UnknownFamily as err:
-                note = str(err)
+            rows, note = self.modelled_rows(step)
             if self.measured is not None and self.measured["step"] == step.index:
                 rows = self.measured["rows"]
         self.rows, self.drawn = rows, None if step is None else step.index
@@ -158,7 +161,7 @@ class StepTab(Tab):
         self.text.value = self.caption(rows, note)
 
     def caption(self, rows: list[dict], note: str) -> str:
-        if not rows:
+        if not rows or note:
             return note or "Take a step to draw it."
         layer = {r["name"] for r in rows if r["stage"] == "layer"}
         top = sorted(rows, key=lambda r: -(r.get("measured_s") or r["time_s"]))[:3]
@@ -181,6 +184,21 @@ class StepTab(Tab):
         for trace in self.fig.data:
             if trace.name == "layers":
                 trace.on_click(self._layer_clicked)
+            elif trace.name in plots.BOX_TRACES:
+                trace.on_click(self._box_clicked)
+
+    def _box_clicked(self, trace, points, state) -> None:
+        """The attention box opens the attention per head (Inside tab), the head or a sampling
+        stage the step's distribution (the side panel)."""
+        if not points.point_inds:
+            return
+        name = trace.customdata[points.point_inds[0]]
+        if name in ATTENTION_OPS:
+            names = [t.name for t in self.dash.tab_list]
+            self.dash.parts["tabs"].selected_index = names.index("inside")
+            self.dash.parts["inside-attention-run"].click()
+        elif (name == "lm_head" or name.startswith("sampling/")) and self.drawn is not None:
+            self.dash.select(self.drawn)
 
     def _layer_clicked(self, trace, points, state) -> None:
         if points.point_inds:
