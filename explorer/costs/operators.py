@@ -23,8 +23,9 @@ once, explorer.costs.parts.Shape.act_elems) sits on the op that writes the tenso
 leaves the attention output out, and counts a rotated copy of q and k for every family (GPT-2
 included: there it sits on the attention op). Bytes beyond the part model use their own keys:
 `scores` (eager attention writes the n x L score matrix and softmax reads it back; a fused kernel
-keeps it on chip), `sampling` (the chain reads and writes the logits), `allreduce` (tensor
-parallel, explorer.costs.optime).
+keeps it on chip), `attention_io` (attention reads q and the fed tokens' K and V and writes its
+output, which the estimate leaves out), `sampling` (the chain reads and writes the logits),
+`allreduce` (tensor parallel, explorer.costs.optime).
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from typing import Any
 from explorer.costs.moe import experts_touched_sum
 from explorer.costs.parts import FAMILIES, Shape, check_sizes, shape_of
 
-EXTRA_BYTES = ("scores", "sampling", "allreduce")  # byte keys that are not parts of parts.py
+EXTRA_BYTES = (
+    "scores",
+    "attention_io",
+    "sampling",
+    "allreduce",
+)  # byte keys that are not parts of parts.py
 STAGES = ("embedding", "layer", "final", "head", "sampling")
 
 
@@ -235,18 +241,21 @@ class _Builder:
         q_shape = f"q [{B}, {s.heads}, {n}, {s.head_dim}]"
         k_shape = f"K, V [{B}, {s.kv_heads}, {L}, {s.head_dim}]"
         sinks = {"weights/attention": s.heads * self.b} if s.sinks else {}
+        io = self.rows * (self.q + self.kv) * self.b  # q in + output out, or fresh K + V in
         if self.fused:
             self.add("attention", "layer", "attention", "attention/core",
                      "Fused attention (SDPA / flash): scores q·K, softmax and the weighted sum of V "
                      "without writing the scores to memory.", f"{q_shape} over {k_shape}",
                      2 * one, fp, nbytes={"kv_read": 2 * half_kv, "activations": rotated,
-                                         **sinks}, count=s.layers)  # fmt: skip
+                                         "attention_io": 2 * io, **sinks},
+                     count=s.layers)  # fmt: skip
             return
         scores = 2.0 * B * s.heads * n * L * self.b  # the score matrix written once, read once
         self.add("qk_scores", "layer", "attention", "attention/core",
                  "Scores: each query against every cached key (q·K^T).",
                  f"{q_shape} · K^T -> scores [{B}, {s.heads}, {n}, {L}]", one, fp,
-                 nbytes={"kv_read": half_kv, "activations": rotated, "scores": scores / 2},
+                 nbytes={"kv_read": half_kv, "activations": rotated, "scores": scores / 2,
+                         "attention_io": io},
                  count=s.layers)  # fmt: skip
         self.add("softmax", "layer", "elementwise", "attention/core",
                  "Softmax over the context turns scores into attention weights.",
@@ -255,7 +264,7 @@ class _Builder:
         self.add("attn_v", "layer", "attention", "attention/core",
                  "Weighted sum of the cached values by the attention weights.",
                  f"weights [{B}, {s.heads}, {n}, {L}] · V -> [{B}, {s.heads}, {n}, {s.head_dim}]",
-                 one, fp, nbytes={"kv_read": half_kv, "scores": scores / 2},
+                 one, fp, nbytes={"kv_read": half_kv, "scores": scores / 2, "attention_io": io},
                  count=s.layers)  # fmt: skip
 
     def residual(self, name: str, block: str) -> None:
