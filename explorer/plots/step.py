@@ -17,7 +17,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from explorer.plots.common import PHASE_COLORS, _layout
+from explorer.plots.common import PHASE_COLORS, _layout, log_ticks
 
 BOUND_COLORS = {
     "memory": "#4c72b0",
@@ -26,7 +26,6 @@ BOUND_COLORS = {
     "interconnect": "#8172b3",
     "stage": "#dddddd",
 }
-BOX_TRACES = ("memory-bound", "compute-bound", "overhead", "interconnect", "stage")
 EXPERT_COLORS = {"routed": "#dd8452", "idle": "#eeeeee"}
 LEFT, ATTN, MLP = 0.0, 1.8, 3.6
 STACK_SPAN = 9.0  # y units the layer stack takes in the left column
@@ -103,25 +102,52 @@ def _left_points(rows: list[dict], layers: int) -> tuple[list[dict], float, floa
     return pts, stack_y, y
 
 
-def _box_trace(points: list[dict], bound: str, phase: str) -> go.Scatter:
-    rows = [p["row"] for p in points]
+def _boxes(rows: list[dict], layers: int | None) -> dict[str, Any]:
+    """Where each box sits and what it shows (rows gain shown_share)."""
+    _shares(rows)
+    layer_rows = [r for r in rows if r["stage"] == "layer"]
+    n_layers = layers or max((r["count"] for r in layer_rows), default=1)
+    left, stack_y, bottom = _left_points(rows, n_layers)
+    per_layer = sum(_shown_time(r) / max(r["count"], 1) for r in layer_rows)
+    return {"points": left + _op_points(rows), "stack_y": stack_y, "bottom": bottom,
+            "layers": n_layers, "per_layer": per_layer}  # fmt: skip
+
+
+def box_update(rows: list[dict], *, layers: int | None = None) -> dict[str, dict]:
+    """The per-step values of the picture's traces, by trace name: what changes from one step to
+    the next when the operators are the same (a live view restyles these instead of redrawing)."""
+    rows = [dict(r) for r in rows]
+    b = _boxes(rows, layers)
+    pts = b["points"]
+    phase = PHASE_COLORS.get(rows[0].get("phase", "decode"), "#333")
+    ops = {
+        "x": [p["x"] for p in pts],
+        "y": [p["y"] for p in pts],
+        "text": [f"{p['row']['name']} {100 * p['row']['shown_share']:.0f}%" for p in pts],
+        "marker.size": [_size(p["row"]["shown_share"]) for p in pts],
+        "marker.color": [BOUND_COLORS.get(_bound(p["row"]), "#999") for p in pts],
+        "marker.line.color": phase,
+        "hovertext": [hover_text(p["row"]) for p in pts],
+        "customdata": [p["row"]["name"] for p in pts],
+    }
+    n = b["layers"]
+    stack = [f"layer {i}: {b['per_layer'] * 1e3:.4g} ms (click to open)" for i in range(n)]
+    return {"operators": ops, "layers": {"hovertext": stack}}
+
+
+def _box_trace(values: dict) -> go.Scatter:
     return go.Scatter(
-        name=f"{bound}-bound" if bound in ("memory", "compute") else bound,
-        x=[p["x"] for p in points],
-        y=[p["y"] for p in points],
-        mode="markers+text",
-        text=[f"{r['name']} {100 * r['shown_share']:.0f}%" for r in rows],
-        textposition="middle right",
-        marker=dict(
-            symbol="square",
-            size=[_size(r["shown_share"]) for r in rows],
-            color=BOUND_COLORS.get(bound, "#999"),
-            line=dict(color=PHASE_COLORS.get(phase, "#333"), width=2),
-        ),
-        hovertext=[hover_text(r) for r in rows],
+        name="operators", mode="markers+text", textposition="middle right", showlegend=False,
+        marker=dict(symbol="square", line=dict(width=2)),
         hovertemplate="%{hovertext}<extra></extra>",
-        customdata=[r["name"] for r in rows],
-    )
+    ).update(values)  # fmt: skip
+
+
+def _legend_trace(bound: str) -> go.Scatter:
+    return go.Scatter(
+        name=f"{bound}-bound" if bound in ("memory", "compute") else bound, x=[None], y=[None],
+        mode="markers", marker=dict(symbol="square", size=12, color=BOUND_COLORS[bound]),
+    )  # fmt: skip
 
 
 def _stack_trace(layers: int, y0: float, opened: int, per_layer: float, lit: int | None):
@@ -179,21 +205,18 @@ def step_figure(
         fig.add_annotation(text="Take a step to draw it.", showarrow=False, x=2, y=5)
         fig.update_yaxes(range=[10, 0], autorange=False)
         return fig
-    rows = [dict(r) for r in rows]
-    _shares(rows)
-    layer_rows = [r for r in rows if r["stage"] == "layer"]
-    n_layers = layers or max((r["count"] for r in layer_rows), default=1)
-    phase = rows[0].get("phase", "decode")
-    left, stack_y, bottom = _left_points(rows, n_layers)
-    points = left + _op_points(rows)
-    for bound in BOUND_COLORS:
-        mine = [p for p in points if _bound(p["row"]) == bound]
-        if mine:
-            fig.add_trace(_box_trace(mine, bound, phase))
-    per_layer = sum(_shown_time(r) / max(r["count"], 1) for r in layer_rows)
-    fig.add_trace(_stack_trace(n_layers, stack_y, opened, per_layer, lit))
-    _frame(fig, stack_y, bottom, opened, n_layers)
-    experts = next((p for p in points if p["row"]["name"] == "experts_gate_up"), None)
+    values = box_update(rows, layers=layers)
+    b = _boxes([dict(r) for r in rows], layers)
+    fig.add_trace(_box_trace(values["operators"]))
+    for bound in ("memory", "compute", "overhead"):
+        fig.add_trace(_legend_trace(bound))
+    if any(r["bound"] == "interconnect" for r in rows):
+        fig.add_trace(_legend_trace("interconnect"))
+    stack = _stack_trace(b["layers"], b["stack_y"], opened, b["per_layer"], lit)
+    fig.add_trace(stack)
+    bottom = b["bottom"]
+    _frame(fig, b["stack_y"], bottom, opened, b["layers"])
+    experts = next((p for p in b["points"] if p["row"]["name"] == "experts_gate_up"), None)
     if routed and experts and routed.get("num_experts"):
         fig.add_trace(_experts_trace(routed, experts["x"], experts["y"]))
     if note:
@@ -215,31 +238,45 @@ def _frame(fig: go.Figure, stack_y: float, bottom: float, opened: int, layers: i
                   line=dict(color="#6c8ebf", dash="dot"))  # fmt: skip
 
 
-def ops_roofline_figure(rows: list[dict] | None = None, peaks: Any = None, *, title: str = "",
-                        height: int = 420) -> go.Figure:  # fmt: skip
+def ops_roofline_update(rows: list[dict] | None, peaks: Any = None) -> dict[str, dict]:
+    """The operators roofline's trace values by name (points per bound, the roofs' line)."""
+    pts = [r for r in rows or [] if r.get("intensity") and r["time_s"] > 0]
+    out = {}
+    for bound in ("memory", "compute"):
+        mine = [r for r in pts if r["bound"] == bound]
+        out[f"{bound}-bound ops"] = {
+            "x": [r["intensity"] for r in mine],
+            "y": [r["total_flops"] / r["time_s"] for r in mine],
+            "text": [r["name"] for r in mine],
+            "hovertext": [hover_text(r | {"shown_share": r["share"]}) for r in mine],
+        }
+    xs: list[float] = []
+    ys: list[float] = []
+    if peaks is not None and pts:
+        flops, bw = peaks.roofline_flops, peaks.bandwidth_gbps * 1e9
+        lo, hi = min(r["intensity"] for r in pts) / 2, max(r["intensity"] for r in pts) * 2
+        xs = sorted({lo, min(max(flops / bw, lo), hi), hi})
+        ys = [min(flops, x * bw) for x in xs]
+    out["roofs"] = {"x": xs, "y": ys}
+    return out
+
+
+def ops_roofline_figure(
+    rows: list[dict] | None = None, peaks: Any = None, *, title: str = "", height: int = 420
+) -> go.Figure:
     """Each operator as a point: intensity (FLOP/byte) against the FLOP/s it attains at the roofs
     (modelled), under the machine's (or chip's) two ceilings."""
     fig = go.Figure(layout=_layout(height=height, title=dict(text=title, x=0.01)))
     fig.update_xaxes(type="log", title="FLOPs per byte (modelled)")
     fig.update_yaxes(type="log", title="FLOP/s at the roofs (modelled)")
-    pts = [r for r in rows or [] if r.get("intensity") and r["time_s"] > 0]
+    values = ops_roofline_update(rows, peaks)
     for bound in ("memory", "compute"):
-        mine = [r for r in pts if r["bound"] == bound]
         fig.add_trace(go.Scatter(
-            name=f"{bound}-bound ops", x=[r["intensity"] for r in mine],
-            y=[r["total_flops"] / r["time_s"] for r in mine], mode="markers+text",
-            text=[r["name"] for r in mine], textposition="top center",
+            name=f"{bound}-bound ops", mode="markers+text", textposition="top center",
             marker=dict(size=9, color=BOUND_COLORS[bound]),
-            hovertext=[hover_text(r | {"shown_share": r["share"]}) for r in mine],
-            hovertemplate="%{hovertext}<extra></extra>"))  # fmt: skip
-    if peaks is not None and pts:
-        flops, bw = peaks.roofline_flops, peaks.bandwidth_gbps * 1e9
-        xs = [
-            min(r["intensity"] for r in pts) / 2,
-            flops / bw,
-            max(r["intensity"] for r in pts) * 2,
-        ]
-        fig.add_trace(go.Scatter(name=f"roofs: {peaks.device}", x=xs,
-                                 y=[min(flops, x * bw) for x in xs], mode="lines",
-                                 line=dict(color="#333", dash="dash")))  # fmt: skip
-    return fig
+            hovertemplate="%{hovertext}<extra></extra>",
+        ).update(values[f"{bound}-bound ops"]))  # fmt: skip
+    label = f"roofs: {peaks.device}" if peaks is not None else "roofs"
+    fig.add_trace(go.Scatter(name=label, mode="lines", line=dict(color="#333", dash="dash"))
+                  .update(values["roofs"]))  # fmt: skip
+    return log_ticks(fig)

@@ -8,16 +8,16 @@ from app_helpers import click_point, show_tab, trace_of
 
 from explorer.app import Dashboard
 
-BOX_TRACES = ("memory-bound", "compute-bound", "overhead", "interconnect")
-
 
 def boxes(fig) -> dict[str, str]:
     """{op name: hover text} of every operator box in the picture."""
-    out = {}
-    for t in fig.data:
-        if t.name in BOX_TRACES:
-            out.update(zip(t.customdata, t.hovertext))
-    return out
+    ops = [t for t in fig.data if t.name == "operators"]
+    return dict(zip(ops[0].customdata, ops[0].hovertext)) if ops else {}
+
+
+def box_color(fig, name: str) -> str:
+    ops = trace_of(fig, "operators")
+    return ops.marker.color[list(ops.customdata).index(name)]
 
 
 def test_step_tab_draws_every_operator_with_hover_and_follows_steps(dash):
@@ -47,11 +47,10 @@ def test_step_tab_draws_every_operator_with_hover_and_follows_steps(dash):
     assert tab.opened == 1 and "layer 1 of 2" in str(pic.layout.annotations)
     dash.select(0)  # the prefill again: the same boxes, prefill shapes
     assert "step 0 (prefill" in pic.layout.title.text
-    lm_head = next(t for t in pic.data if "lm_head" in (t.customdata or ()))
-    click_point(pic, lm_head.name, list(lm_head.customdata).index("lm_head"))
+    names = list(trace_of(pic, "operators").customdata)
+    click_point(pic, "operators", names.index("lm_head"))
     assert dash.selected == 0  # the head box shows that step's distribution
-    att = next(t for t in pic.data if "attention" in (t.customdata or ()))
-    click_point(pic, att.name, list(att.customdata).index("attention"))  # opens the heads
+    click_point(pic, "operators", names.index("attention"))  # opens the attention per head
     assert dash.tab_list[dash.parts["tabs"].selected_index].name == "inside"
     show_tab(dash, "export")  # the Export tab offers the picture as an offline HTML file
     dash.parts["export-what"].value = "chart: step drawn"

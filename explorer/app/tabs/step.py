@@ -51,6 +51,7 @@ class StepTab(Tab):
         super().__init__(dash)
         self.live, self.measured, self.opened = False, None, 0
         self.drawn: int | None = None  # the step the picture shows (None: not drawn yet)
+        self._key: tuple | None = None  # the structure of the picture drawn (names, layers, ...)
         self.rows: list[dict] = []
         self.fig = tagged(figure_widget(plots.step_figure), "step-picture")
         self.roof = tagged(figure_widget(plots.ops_roofline_figure), "step-roofline")
@@ -99,7 +100,7 @@ class StepTab(Tab):
             self.refresh()
 
     def session_changed(self) -> None:
-        self.measured, self.opened = None, 0
+        self.measured, self.opened, self._key = None, 0, None
 
     def flush(self) -> None:
         """Before an export: redraw a picture drawn for another step (never the first draw: the
@@ -146,19 +147,40 @@ class StepTab(Tab):
         self.draw(step, rows, note)
 
     def draw(self, step, rows: list[dict], note: str) -> None:
+        """Restyle the boxes in place when the picture's structure is the one drawn (a next step of
+        the same model: one small message per figure); otherwise build both figures anew."""
         info = self.dash.session.lm.info
         where = self.chip.value if self.chip.value != HERE else "this machine"
         kind = "measured + modelled" if rows and "measured_s" in rows[0] else "modelled"
         title = "" if step is None else (
             f"{info.name}: step {step.index} ({step.phase}, B={step.batch_size}, fed "
             f"{step.tokens_fed}, context {step.context_len})<br>at the roofs of {where} ({kind})")  # fmt: skip
-        fig = plots.step_figure(rows, title=title, layers=info.layers, opened=self.opened,
-                                routed=self.routed(step), note=note)  # fmt: skip
-        plots.redraw(self.fig, fig)
-        self._wire_clicks()
+        routed = self.routed(step)
         peaks = self.peaks() if rows else None
-        plots.redraw(self.roof, plots.ops_roofline_figure(rows, peaks, title="Operators roofline"))
+        key = (tuple(r["name"] for r in rows), info.layers, self.opened, note, self.chip.value,
+               None if routed is None else tuple(routed["touched"]))  # fmt: skip
+        if rows and key == self._key:
+            self._restyle(self.fig, plots.box_update(rows, layers=info.layers), title)
+            self._restyle(self.roof, plots.ops_roofline_update(rows, peaks), None)
+        else:
+            fig = plots.step_figure(rows, title=title, layers=info.layers, opened=self.opened,
+                                    routed=routed, note=note)  # fmt: skip
+            plots.redraw(self.fig, fig)
+            self._wire_clicks()
+            roof = plots.ops_roofline_figure(rows, peaks, title="Operators roofline")
+            plots.redraw(self.roof, roof)
+        self._key = key
         self.text.value = self.caption(rows, note)
+
+    @staticmethod
+    def _restyle(fig, values: dict, title: str | None) -> None:
+        with fig.batch_update():
+            for trace in fig.data:
+                name = "roofs" if trace.name.startswith("roofs") else trace.name
+                if name in values:
+                    trace.update(values[name])
+            if title is not None:
+                fig.layout.title.text = title
 
     def caption(self, rows: list[dict], note: str) -> str:
         if not rows or note:
@@ -184,7 +206,7 @@ class StepTab(Tab):
         for trace in self.fig.data:
             if trace.name == "layers":
                 trace.on_click(self._layer_clicked)
-            elif trace.name in plots.BOX_TRACES:
+            elif trace.name == "operators":
                 trace.on_click(self._box_clicked)
 
     def _box_clicked(self, trace, points, state) -> None:
