@@ -150,10 +150,15 @@ def _legend_trace(bound: str) -> go.Scatter:
     )  # fmt: skip
 
 
+def stack_colors(layers: int, opened: int, lit: int | None = None) -> list[str]:
+    """The layer stack's colours: the opened layer blue, a lit one (the walk) amber."""
+    return ["#f2b134" if i == lit else "#6c8ebf" if i == opened else "#c9d3e6" for i in
+            range(layers)]  # fmt: skip
+
+
 def _stack_trace(layers: int, y0: float, opened: int, per_layer: float, lit: int | None):
     ys = [y0 + STACK_SPAN * i / max(layers - 1, 1) for i in range(layers)]
-    colors = ["#f2b134" if i == lit else "#6c8ebf" if i == opened else "#c9d3e6" for i in
-              range(layers)]  # fmt: skip
+    colors = stack_colors(layers, opened, lit)
     return go.Scatter(
         name="layers",
         x=[LEFT] * layers,

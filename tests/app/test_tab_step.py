@@ -45,6 +45,10 @@ def test_step_tab_draws_every_operator_with_hover_and_follows_steps(dash):
     assert sum(len(t.x) for t in roof.data if t.name.endswith("-bound ops")) >= 8
     click_point(pic, "layers", 1)  # a click on the stack opens that layer
     assert tab.opened == 1 and "layer 1 of 2" in str(pic.layout.annotations)
+    tab.walk_delay = 0
+    dash.parts["step-walk"].click()  # the walk lights every layer once, then none
+    assert tab.walked == [0, 1, None]
+    assert list(trace_of(pic, "layers").marker.color).count("#f2b134") == 0
     dash.select(0)  # the prefill again: the same boxes, prefill shapes
     assert "step 0 (prefill" in pic.layout.title.text
     names = list(trace_of(pic, "operators").customdata)

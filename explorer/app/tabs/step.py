@@ -11,6 +11,8 @@ Clicking a layer of the stack opens it (MoE: the experts this step routed to in 
 
 from __future__ import annotations
 
+import time
+
 import ipywidgets as W
 
 from explorer import plots
@@ -63,10 +65,17 @@ class StepTab(Tab):
             "step-measure", "Measure this step", "search", width=None,
             tip="run the step once more under torch.profiler: measured time per operator")  # fmt: skip
         self.measure_button.on_click(lambda _: dash.guard.call("Measuring the step", self.measure))
+        self.walk_button = button(
+            "step-walk", "Walk the layers", "play", width=None,
+            tip="light each layer in turn, as the step runs through them")  # fmt: skip
+        self.walk_button.on_click(lambda _: dash.guard.call("Walking the layers", self.walk))
+        self.walk_delay, self.walked = 0.05, []
         self.text = tagged(W.HTML(), "step-text")
         self.parts = {"step-picture": self.fig, "step-roofline": self.roof, "step-chip": self.chip,
-                      "step-measure": self.measure_button, "step-text": self.text}  # fmt: skip
-        self.widget = W.VBox([W.HBox([self.chip, self.measure_button]), self.text, self.fig,
+                      "step-measure": self.measure_button, "step-text": self.text,
+                      "step-walk": self.walk_button}  # fmt: skip
+        self.widget = W.VBox([W.HBox([self.chip, self.measure_button, self.walk_button]),
+                              self.text, self.fig,
                               self.roof])  # fmt: skip
         self.widget.add_class("ie-step-tab")
         self.parts["step-tab"] = self.widget
@@ -110,6 +119,7 @@ class StepTab(Tab):
 
     def set_busy(self, busy: bool) -> None:
         self.measure_button.disabled = busy
+        self.walk_button.disabled = busy
 
     # --- views ---
 
@@ -230,6 +240,17 @@ class StepTab(Tab):
         """Open layer `index` in the picture (its experts, for an MoE)."""
         self.opened = int(index)
         self.draw(self.step(), self.rows, "")
+
+    def walk(self) -> None:
+        """Light each layer of the stack in turn (the step's path through the model), then none."""
+        stack = next((t for t in self.fig.data if t.name == "layers"), None)
+        if stack is None:
+            return
+        n, self.walked = len(stack.y), []
+        for i in [*range(n), None]:
+            stack.marker.color = plots.stack_colors(n, self.opened, i)
+            self.walked.append(i)
+            time.sleep(self.walk_delay if i is not None else 0)
 
     def measure(self) -> None:
         """Profile the step in view per operator and redraw with its measured times."""
