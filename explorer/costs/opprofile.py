@@ -161,6 +161,8 @@ def merge_measured(rows: list[dict], measured: dict) -> list[dict]:
             grouped = [n for n, h in GROUPS.items() if h == r["name"] and n in names]
             if grouped:
                 r["measured_note"] = f"includes {', '.join(grouped)} (not separable)"
+            if r["name"] == "rope" or (r["name"] == "attention" and "rope" not in names):
+                r["measured_note"] = "includes the attention module's other ops (reshapes, views)"
             slow = r["measured_s"] > 0 and r["time_s"] < OVERHEAD_RATIO * r["measured_s"]
             r["measured_bound"] = "overhead" if slow else r["bound"]
         else:
