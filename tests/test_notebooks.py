@@ -351,6 +351,28 @@ def check_14(f: dict) -> None:
     assert f["flops_per_token"] == pytest.approx([f["flops_per_token"][0]] * len(batches), rel=1e-9)
 
 
+def check_15(f: dict) -> None:
+    assert f["ops_per_layer"] == 15, (
+        "a Llama layer: norm, q, k, v, rope, kv write, attention, o, add, ..."
+    )
+    assert f["sum_worst"] < 1e-9, "the operators' sums are the parts, exactly"
+    assert f["attention_decode_bytes"] >= f["kv_expected"], "attention reads the whole KV cache"
+    assert set(f["top_decode"]) == {"gate_proj", "up_proj", "down_proj"}
+    assert f["decode_matmul_bounds"] == ["memory"] and f["prefill_matmul_bounds"] == ["compute"]
+    assert f["lm_head_prefill_bound"] == "memory", "one row of logits: the head stays memory-bound"
+    # the intensity grows with the tokens fed and crosses the ridge once, memory -> compute
+    assert all(a < b for a, b in zip(f["gate_intensity"], f["gate_intensity"][1:]))
+    sides = f["gate_bounds"]
+    assert sides[0] == "memory" and sides[-1] == "compute" and sides == sorted(sides, reverse=True)
+    for intensity, bound in zip(f["gate_intensity"], sides):
+        assert (intensity > f["ridge"]) == (bound == "compute"), (intensity, f["ridge"], bound)
+    # the bundled model's step: every op measured or says which row holds its time
+    assert f["bundled_holders_ok"] and f["bundled_matmuls_measured"]
+    assert set(f["bundled_unmeasured"]) <= {"mlp_residual", "sampling/softmax", "sampling/draw"}
+    assert f["bundled_measured_total"] >= 0.999 * f["bundled_wall"], "no profiled second lost"
+    assert 0 < f["bundled_overhead_share"] <= 1
+
+
 CHECKS = {
     "01": check_01,
     "02": check_02,
@@ -366,6 +388,7 @@ CHECKS = {
     "12": check_12,
     "13": check_13,
     "14": check_14,
+    "15": check_15,
 }
 
 

@@ -110,6 +110,9 @@ def _add_cost(sub) -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--kv-dtype", default=None, choices=KV_DTYPES, help=KV_DTYPE_HELP)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--ops", action="store_true", help="operator by operator (explorer.cli.ops)")
+    p.add_argument("--tp", type=int, default=1, help="--ops with --chip: tensor-parallel GPUs")
+    p.add_argument("--html", default=None, metavar="FILE", help="--ops: the picture as HTML")
     p.set_defaults(func=_cmd_cost)
 
 
@@ -117,6 +120,10 @@ def _cmd_cost(args) -> int:
     from explorer import costs
     from explorer.costs import hardware
 
+    if args.ops or args.html or args.tp != 1:
+        from explorer.cli.ops import run_ops
+
+        return run_ops(args)
     info = _cost_info(args.model, args.device, args.dtype)
     fed = args.context if args.no_cache else args.tokens_fed
     cost = costs.forward_cost(

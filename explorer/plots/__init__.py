@@ -11,6 +11,7 @@
     why           one step's split (floors + overhead), the profiler breakdown, the trust table
     inside        logit lens and the newest token's attention
     moe           mixture of experts: the moe sweep's chart, the router's choice, load per expert
+    step          the step, drawn: the model op by op, coloured by bound; the operators' roofline
 
 Every name is also reachable as `explorer.plots.<name>` (e.g. plots.strip_figure).
 """
@@ -26,6 +27,7 @@ from explorer.plots import (
     scenarios,
     serving,
     speculative,
+    step,
     strip,
     sweeps,
     traffic,
@@ -34,7 +36,7 @@ from explorer.plots import (
 
 _MODULES = (
     common, strip, distribution, latency, traffic, roofline, speculative, sweeps, serving, scenarios,
-    why, inside, pays, moe,
+    why, inside, pays, moe, step,
 )  # fmt: skip
 __all__: list[str] = []
 for _m in _MODULES:

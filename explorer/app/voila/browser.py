@@ -260,6 +260,7 @@ TAB_TOUR = [
     ("Memory traffic", "traffic", []),
     ("Roofline", "roofline", []),
     ("Why this time?", "why", ["why-profile-run"]),
+    ("The step, drawn", "step", ["step-measure"]),
     ("Inside", "inside", ["inside-lens-run", "inside-attention-run"]),
     ("Sweeps", "sweeps", ["sweep-cache-run"]),
     ("Where does it pay?", "pays", ["pays-run"]),
