@@ -45,6 +45,8 @@ class Context:
     _floors: dict = field(default_factory=dict)
     _cals: dict = field(default_factory=dict)
     _fixed_cal: calibrate.Calibration | None = None
+    at: Any = None  # the axis value being measured (run() sets it before each point)
+    spreads: dict = field(default_factory=dict)  # value -> half-ranges (% of median) timed there
 
     def preset(self, peaks=None, calibration=None) -> None:
         """Peaks for ctx.lm's device and dtype, and one calibration for every model (else each is
@@ -64,6 +66,7 @@ class Context:
         for _ in range(self.repeats):
             samples.append(time_call(fn, device)[1])
             self.tick()
+        self._keep(samples)
         return statistics.median(samples)
 
     def time_pair(
@@ -83,7 +86,18 @@ class Context:
             return s
 
         got = alternate({"base": timed(base), "fast": fast_tick}, self.repeats)
+        self._keep(got["base"]), self._keep(got["fast"])
         return statistics.median(got["base"]), statistics.median(got["fast"])
+
+    def _keep(self, samples: list[float]) -> None:
+        mid = statistics.median(samples)
+        pct = 50 * (max(samples) - min(samples)) / mid if mid > 0 else 0.0
+        self.spreads.setdefault(self.at, []).append(pct)
+
+    def spread_pct(self, value) -> float | None:
+        """The widest half-range (% of the median) of the series timed at `value`, or None."""
+        got = self.spreads.get(value)
+        return max(got) if got else None
 
     # --- the cost model ----------------------------------------------------------------------------
 
