@@ -160,6 +160,10 @@ def test_speculative_past_batch_1_is_modelled_from_measured_parts(target, draft)
     assert set(df["how"]) == {pays.MODELLED}
     assert 0 <= df.attrs["alpha"][4] <= 1 and df.attrs["draft"] == draft.info.name
     assert "verify pass costs about" in df["why"][0]
+    # the parts-model at every batch (the like-for-like line), with the costs it was made from
+    assert df.attrs["parts_speedup"] == pytest.approx(dict(zip([2, 3], df["speedup"])))
+    assert set(df.attrs["draft_cost"]) == set(df.attrs["verify_cost"]) == {2, 3}
+    assert all(c > 0 for c in df.attrs["draft_cost"].values())
 
 
 # --- bad input: one line each -------------------------------------------------------------------
