@@ -211,8 +211,9 @@ def impossible_rows(rows: Sequence[dict], attrs: dict | None = None) -> list[str
     """The pays rows (explorer.sweeps.pays) that no machine can produce, one line each:
     kv-cache: a longer uncached pass faster than a shorter one, or a speedup above L + 1 times
     (the uncached pass does about L times a cached step's work); int8: above 4x; speculative
-    (batch axis): above Leviathan's bound at the row's measured alpha and draft cost when the
-    attrs carry them (attrs['alpha'][k], attrs['draft_cost']); continuous at spread 0: above 1.5x."""
+    (batch axis): above Leviathan's bound at the measured alpha and the row's draft cost when the
+    attrs carry them (attrs['k'], attrs['alpha'][k], attrs['draft_cost'][batch]); continuous at
+    spread 0: above 1.5x."""
     attrs = attrs or {}
     rows = [r for r in rows if r.get("skipped") is None]
     if not rows:
@@ -229,11 +230,13 @@ def impossible_rows(rows: Sequence[dict], attrs: dict | None = None) -> list[str
     if trick == "continuous":
         bounds = [CONTINUOUS_EQUAL_BOUND if v == 0 else None for v in values]
         return beyond_bound(values, speedups, bounds, "equal lengths: the same iterations")
-    if trick == "speculative" and attrs.get("draft_cost") is not None:
-        k = attrs.get("k", 4)
+    if trick == "speculative" and attrs.get("draft_cost") and attrs.get("k"):
+        k = attrs["k"]
         alpha = (attrs.get("alpha") or {}).get(k)
+        costs = attrs["draft_cost"]  # by batch (the pays sweep), or one figure for every row
+        cost = [costs.get(v) if isinstance(costs, dict) else costs for v in values]
         if alpha is None:
             return []
-        bound = speculative_bound(alpha, k, attrs["draft_cost"])
-        return beyond_bound(values, speedups, [bound] * len(rows), "Leviathan, free verify")
+        bounds = [None if c is None else speculative_bound(alpha, k, c) for c in cost]
+        return beyond_bound(values, speedups, bounds, "Leviathan, free verify")
     return []

@@ -84,5 +84,8 @@ def test_impossible_pays_rows():
     assert bound == pytest.approx(guards.speculative_bound(0.5, 4, 0.5)) and 0.6 < bound < 0.7
     flagged = guards.impossible_rows(spec, {"k": 4, "alpha": {4: 0.5}, "draft_cost": 0.5})
     assert len(flagged) == 1 and "at 1" in flagged[0]
+    by_batch = {"k": 4, "alpha": {4: 0.5}, "draft_cost": {1: 0.1, 8: 0.9}}  # as the sweep keeps it
+    flagged = guards.impossible_rows(spec, by_batch)
+    assert len(flagged) == 1 and "at 8" in flagged[0]  # 0.5 > the bound at c = 0.9; 0.9 < at 0.1
     assert guards.impossible_rows(spec, {}) == []  # no measured alpha: no stated bound
     assert guards.impossible_rows([]) == []
