@@ -356,6 +356,11 @@ def check_13(f: dict) -> None:
     assert hol["largest_prefill"]["broken"] >= hol["long_len"], "the long prompt in one pass"
     assert 0 < hol["largest_prefill"]["fixed"] <= hol["chunk"], "chunked: no pass above the chunk"
     assert 0 < f["straggler_util"]["broken"] < 1, "a static batch's slots idle behind a straggler"
+    # the evidence the runs hold, read from their records: the trend test's queue and the passes
+    assert f["overload_queue_peak"] >= 1
+    n = f["overload_requests"]
+    assert n["short"] < n["broken"] <= n["fixed"], "the short run is a prefix; the fix runs longest"
+    assert f["kv_passes"]["broken"] > 0 and f["kv_passes"]["fixed"] > 0
     if "memory_wall" in f:  # on the CPU: the cost model's batch, then a real failure, caught
         mw = f["memory_wall"]
         assert mw["predicted_batch"] > 0 and mw["failed_batch"] is not None, mw
@@ -381,6 +386,19 @@ def check_14(f: dict) -> None:
     assert all(b <= t * (1 + 1e-9) for b, t in zip(f["bytes"], f["dense_total"]))
     # while the FLOPs per token stay the active experts'
     assert f["flops_per_token"] == pytest.approx([f["flops_per_token"][0]] * len(batches), rel=1e-9)
+    # the knee (modelled): further out than a dense model's, by about N_total / N_active <= E / k
+    dense, moe = f["knee_dense"], f["knee_moe"]
+    assert moe is not None and 0.8 * f["knee_total_active"] <= moe / dense <= f["knee_ek"]
+    # one long prefill: every token routed, k experts each
+    assert len(f["prefill_touched"]) == f["moe_layers"]
+    assert all(k <= t <= E for t in f["prefill_touched"])
+    # expert parallelism: every token's k choices land on some GPU; the busiest is at least the mean
+    assert all(sum(per_gpu) == f["prefill_tokens"] * k for per_gpu in f["ep_tokens"])
+    assert all(len(per_gpu) == f["ep"] for per_gpu in f["ep_tokens"])
+    assert all(i >= 1 for i in f["ep_imbalance"])
+    assert (
+        f["a2a_bytes"] == 2 * f["prefill_tokens"] * k * f["hidden"] * 2
+    )  # dispatch + combine, bf16
 
 
 CHECKS = {
