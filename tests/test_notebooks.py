@@ -68,6 +68,7 @@ CI_SCALE = {
         "PREFILLS": [1, 64],
         "BATCHES": [1, 8],
         "SPREADS": [0.0, 1.0],
+        "NUM_PROMPTS": 4,
         "BIG_MODEL": None,
     },
 }
