@@ -66,7 +66,7 @@ class Context:
         for _ in range(self.repeats):
             samples.append(time_call(fn, device)[1])
             self.tick()
-        self._keep(samples)
+        self.keep(samples)
         return statistics.median(samples)
 
     def time_pair(
@@ -86,10 +86,11 @@ class Context:
             return s
 
         got = alternate({"base": timed(base), "fast": fast_tick}, self.repeats)
-        self._keep(got["base"]), self._keep(got["fast"])
+        self.keep(got["base"]), self.keep(got["fast"])
         return statistics.median(got["base"]), statistics.median(got["fast"])
 
-    def _keep(self, samples: list[float]) -> None:
+    def keep(self, samples: list[float]) -> None:
+        """Keep the spread of one timed series at the point being measured (spread_pct)."""
         mid = statistics.median(samples)
         pct = 50 * (max(samples) - min(samples)) / mid if mid > 0 else 0.0
         self.spreads.setdefault(self.at, []).append(pct)
