@@ -10,6 +10,9 @@ TORCH  ?= torch==2.13.0
 PORT   ?= 8866
 APP_ARGS ?=
 LAB_ARGS ?=
+# torch threads for the notebooks under `make lab` (their THREADS parameter reads it): one thread
+# keeps a small model's step steady on a busy laptop; torch's default (one per core) does not
+THREADS ?= 1
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
@@ -43,7 +46,8 @@ app: setup
 lab: setup
 	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/python -m pip install --quiet -e ".[test,lab]"
 	@# Jupyter refuses to run as root (a container) without --allow-root: added only when we are root
-	$(BIN)/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS)
+	EXPLORER_THREADS=$(THREADS) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(THREADS)} \
+		$(BIN)/jupyter lab notebooks/ $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS)
 
 # Benchmarks print ratios measured side by side in one run (never asserted by timed tests).
 # About 14 minutes on a 2-core CPU.

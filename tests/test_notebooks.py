@@ -13,6 +13,8 @@ Knobs (environment variables):
                                `parameters` (papermill style). Keys whose value is a dict apply only
                                to notebooks whose name starts with the key, e.g.
                                '{"DEVICE": "cuda", "04": {"MODEL": "arch:qwen2.5-0.5b"}}'.
+                               CI_SCALE below is applied first: a notebook whose defaults teach at a
+                               larger scale runs at its CI scale here (each notebook <= 60 s).
     EXPLORER_NOTEBOOK_TIMEOUT  seconds allowed per cell (default 300).
     EXPLORER_NOTEBOOK_THREADS  OMP/MKL threads for the kernel (default 1). On a shared CPU, torch's
                                default of one thread per core oversubscribes and runs ~10x slower.
@@ -32,6 +34,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from explorer.costs.speculation import expected_speedup
 
 ROOT = Path(__file__).resolve().parent.parent
 NB_DIR = ROOT / "notebooks"
@@ -55,9 +59,25 @@ def _params_cell(nb) -> int:
     raise AssertionError("no cell tagged 'parameters'")
 
 
+# The scale CI runs a notebook at where its defaults teach at a larger one (the notebook says which).
+CI_SCALE = {
+    # two values per axis, three repeats; the 0.5B shape (section 2b) only outside CI: its load
+    # alone takes 30 s or more on a busy 2-core machine
+    "12": {
+        "LENGTHS": [8, 256],
+        "PREFILLS": [1, 64],
+        "BATCHES": [1, 8],
+        "SPREADS": [0.0, 1.0],
+        "NUM_PROMPTS": 4,
+        "BIG_MODEL": None,
+    },
+}
+
+
 def _overrides(stem: str) -> dict:
     raw = json.loads(os.environ.get("EXPLORER_NOTEBOOK_PARAMS", "{}") or "{}")
-    out = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+    out = dict(CI_SCALE.get(stem[:2], {}))
+    out.update({k: v for k, v in raw.items() if not isinstance(v, dict)})
     for prefix, sub in raw.items():
         if isinstance(sub, dict) and stem.startswith(prefix):
             out.update(sub)
@@ -307,6 +327,19 @@ def check_12(f: dict) -> None:
     b = [p for p in f["predicted"]["int8"] if p is not None]  # fewer weight bytes matter less
     assert b and all(p >= 1 - 1e-9 for p in b) and b == sorted(b, reverse=True), b  # as FLOPs grow
     assert f["values"]["continuous"] == [0.0, 1.0] and f["atlas_rows"] == 4
+    # repeats with their spread shown: one spread per row (None only where a trick times no series)
+    assert f["repeats"] >= 3
+    assert all(len(f["spread_pct"][t]) == len(v) for t, v in f["values"].items())
+    assert all(p is None or p >= 0 for ps in f["spread_pct"].values() for p in ps)
+    # like for like: the parts formula at every batch, batch 1 included
+    assert len(f["parts_speedup"]) == len(f["spec_batches"]) and all(
+        s > 0 for s in f["parts_speedup"]
+    )
+    lev = f["leviathan"]  # Leviathan's bound (free verify) from the measured alpha and draft cost
+    assert lev["bound"] == pytest.approx(
+        [expected_speedup(lev["alpha"], k, lev["c"]) for k in lev["ks"]]
+    )
+    assert all(b < k + 1 for b, k in zip(lev["bound"], lev["ks"]))
 
 
 def check_13(f: dict) -> None:
@@ -324,6 +357,11 @@ def check_13(f: dict) -> None:
     assert hol["largest_prefill"]["broken"] >= hol["long_len"], "the long prompt in one pass"
     assert 0 < hol["largest_prefill"]["fixed"] <= hol["chunk"], "chunked: no pass above the chunk"
     assert 0 < f["straggler_util"]["broken"] < 1, "a static batch's slots idle behind a straggler"
+    # the evidence the runs hold, read from their records: the trend test's queue and the passes
+    assert f["overload_queue_peak"] >= 1
+    n = f["overload_requests"]
+    assert n["short"] < n["broken"] <= n["fixed"], "the short run is a prefix; the fix runs longest"
+    assert f["kv_passes"]["broken"] > 0 and f["kv_passes"]["fixed"] > 0
     if "memory_wall" in f:  # on the CPU: the cost model's batch, then a real failure, caught
         mw = f["memory_wall"]
         assert mw["predicted_batch"] > 0 and mw["failed_batch"] is not None, mw
@@ -349,6 +387,19 @@ def check_14(f: dict) -> None:
     assert all(b <= t * (1 + 1e-9) for b, t in zip(f["bytes"], f["dense_total"]))
     # while the FLOPs per token stay the active experts'
     assert f["flops_per_token"] == pytest.approx([f["flops_per_token"][0]] * len(batches), rel=1e-9)
+    # the knee (modelled): further out than a dense model's, by about N_total / N_active <= E / k
+    dense, moe = f["knee_dense"], f["knee_moe"]
+    assert moe is not None and 0.8 * f["knee_total_active"] <= moe / dense <= f["knee_ek"]
+    # one long prefill: every token routed, k experts each
+    assert len(f["prefill_touched"]) == f["moe_layers"]
+    assert all(k <= t <= E for t in f["prefill_touched"])
+    # expert parallelism: every token's k choices land on some GPU; the busiest is at least the mean
+    assert all(sum(per_gpu) == f["prefill_tokens"] * k for per_gpu in f["ep_tokens"])
+    assert all(len(per_gpu) == f["ep"] for per_gpu in f["ep_tokens"])
+    assert all(i >= 1 for i in f["ep_imbalance"])
+    assert (
+        f["a2a_bytes"] == 2 * f["prefill_tokens"] * k * f["hidden"] * 2
+    )  # dispatch + combine, bf16
 
 
 def check_15(f: dict) -> None:

@@ -161,6 +161,14 @@ def _cmd_cost(args) -> int:
             }
         )
         return 0
+    _print_cost(args, info, cost, fed, where, bound_s, bound, knee)
+    return 0
+
+
+def _print_cost(args, info, cost, fed, where, bound_s, bound, knee) -> None:
+    """The cost by part as a table, the roofline and the decode knee (all modelled)."""
+    from explorer import costs
+
     print(
         f"{info.name} ({info.dtype}): B={args.batch}, tokens fed {fed}, context {args.context}, "
         f"cache {'off' if args.no_cache else 'on'}, logits for the last position (all figures modelled)"
@@ -178,4 +186,3 @@ def _cmd_cost(args) -> int:
         f"  roofline on {where}: >= {bound_s * 1e3:,.3f} ms ({bound}-bound); decode knee at context "
         f"{args.context}: B={knee if knee is not None else 'none (memory-bound at every batch)'}"
     )
-    return 0

@@ -142,6 +142,13 @@ def test_kv_cache_rows_are_measured(target):
     _check_frame(df, "kv-cache", "length", [2, 8])
     assert set(df["how"]) == {MEASURED}
     assert "8 tokens" in df["why"][1]
+    assert df.attrs["spread_pct"] == [0.0, 0.0]  # one repeat per series: no spread to show
+    df = sweeps.run(
+        "pays", target, trick="kv-cache", values=[4], repeats=3, warmup=0, bar=False, peaks=PEAKS,
+        calibration=CAL,
+    )  # fmt: skip
+    (pct,) = df.attrs["spread_pct"]  # the widest half-range of the row's timed repeats
+    assert pct is not None and pct >= 0
 
 
 def test_speculative_past_batch_1_is_modelled_from_measured_parts(target, draft):
@@ -153,6 +160,10 @@ def test_speculative_past_batch_1_is_modelled_from_measured_parts(target, draft)
     assert set(df["how"]) == {pays.MODELLED}
     assert 0 <= df.attrs["alpha"][4] <= 1 and df.attrs["draft"] == draft.info.name
     assert "verify pass costs about" in df["why"][0]
+    # the parts-model at every batch (the like-for-like line), with the costs it was made from
+    assert df.attrs["parts_speedup"] == pytest.approx(dict(zip([2, 3], df["speedup"])))
+    assert set(df.attrs["draft_cost"]) == set(df.attrs["verify_cost"]) == {2, 3}
+    assert all(c > 0 for c in df.attrs["draft_cost"].values())
 
 
 # --- bad input: one line each -------------------------------------------------------------------

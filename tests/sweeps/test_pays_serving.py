@@ -41,6 +41,8 @@ def test_a_rate_past_saturation_is_marked_unstable_and_never_averaged(target, mo
     assert "static: unstable" in past["why"] and "continuous: unstable" in past["why"]
     assert beyond["skipped"].startswith("not run") and math.isnan(beyond["speedup"])
     assert df.attrs["crossover_measured"] is None or df.attrs["crossover_measured"] < 400
+    # the measured row keeps the spread of its runs' latencies; the rows not measured have none
+    assert df.attrs["spread_pct"][0] == 0.0 and df.attrs["spread_pct"][2] is None
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ predicted_speedup (the calibrated cost model's), regime (of the baseline step), 
 point could not run here) and partial (the sweep stopped before its last value). attrs: what every
 sweep frame has (model, device, dtype, threads, repeats, warmup, timer, notes, ...), plus
 crossover_measured and crossover_predicted (crossover(): null when the speedup does not cross 1
-in range), the calibration the predictions used, and whatever the trick adds.
+in range), spread_pct (per row, the widest half-range of its timed repeats, % of the median), the calibration the predictions used, and whatever the trick adds.
 
 How another module registers a trick (a module in this package is imported on discovery):
 
@@ -315,7 +315,7 @@ def run(
         ctx.take_noise()  # the setup's own timings belong to no row
         rows = measure_points(
             values,
-            lambda v: _row(t, axis, v, {**point(v), **ctx.take_noise()}),
+            lambda v: _row(t, axis, v, {**point(_measuring(ctx, v)), **ctx.take_noise()}),
             notes,
             label=lambda v: f"{axis.name}={v}",
             stop=stop,
@@ -367,6 +367,7 @@ def _attrs(ctx: TrickContext, trick: Trick, rows: list[dict], partial: bool) -> 
         values=list(ctx.values),
         crossover_measured=measured[0] if measured else None,
         crossover_predicted=predicted[0] if predicted else None,
+        spread_pct=[ctx.spread_pct(r["value"]) for r in rows],
         crossover_rule="first value where the speedup crosses 1, linear between neighbouring points",
         partial=partial,
         calibration=ctx.calibration_dict(),
@@ -375,6 +376,11 @@ def _attrs(ctx: TrickContext, trick: Trick, rows: list[dict], partial: bool) -> 
     )
     out["columns"] = dict(DESCRIPTIONS)
     return out
+
+
+def _measuring(ctx: TrickContext, value):
+    ctx.at = value  # the timings of this point keep their spread under it
+    return value
 
 
 def _at(found: list[float]) -> str:

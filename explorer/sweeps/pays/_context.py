@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,8 @@ class TrickContext:
     _cals: dict = field(default_factory=dict)
     _fixed_cal: calibrate.Calibration | None = None
     timed: list[Measurement] = field(default_factory=list)  # since the last take_noise()
+    at: Any = None  # the axis value being measured (run() sets it before each point)
+    spreads: dict = field(default_factory=dict)  # value -> half-ranges (% of median) timed there
 
     def preset(self, peaks=None, calibration=None) -> None:
         """Peaks for ctx.lm's device and dtype, and one calibration for every model (else each is
@@ -64,6 +67,7 @@ class TrickContext:
             fn, (lm or self.lm).device, repeats=self.repeats, warmup=self.warmup, tick=self.tick
         )
         self.timed.append(m)
+        self.keep(m.samples)
         return m.estimate
 
     def time_pair(
@@ -78,6 +82,7 @@ class TrickContext:
             tick=self.tick,
         )
         self.timed.extend(got.values())
+        self.keep(got["base"].samples), self.keep(got["fast"].samples)
         return got["base"].estimate, got["fast"].estimate
 
     def take_noise(self) -> dict:
@@ -86,6 +91,17 @@ class TrickContext:
         reasons = list(dict.fromkeys(m.reason for m in self.timed if m.noisy))
         self.timed.clear()
         return {"noisy": bool(reasons), "noisy_reason": "; ".join(reasons)}
+
+    def keep(self, samples: list[float]) -> None:
+        """Keep the spread of one timed series at the point being measured (spread_pct)."""
+        mid = statistics.median(samples)
+        pct = 50 * (max(samples) - min(samples)) / mid if mid > 0 else 0.0
+        self.spreads.setdefault(self.at, []).append(pct)
+
+    def spread_pct(self, value) -> float | None:
+        """The widest half-range (% of the median) of the series timed at `value`, or None."""
+        got = self.spreads.get(value)
+        return max(got) if got else None
 
     # --- the cost model ----------------------------------------------------------------------------
 

@@ -67,8 +67,11 @@ def _fit_steps(ctx: TrickContext, runs) -> StepModel:
     return model
 
 
-def _median(values) -> float | None:
+def _median(values, ctx: TrickContext | None = None) -> float | None:
+    """The median of the values that are not None; ctx: keep their spread for the row."""
     values = [v for v in values if v is not None]
+    if ctx is not None and values:
+        ctx.keep(values)
     return statistics.median(values) if values else None
 
 
@@ -148,8 +151,8 @@ def setup_continuous(ctx: TrickContext):
             sim["static"].result["mean_e2el_ms"], sim["continuous"].result["mean_e2el_ms"]
         )
         row = {
-            "baseline_s": _median(r.result["mean_e2el_ms"] for r in base) / 1e3,
-            "trick_s": _median(r.result["mean_e2el_ms"] for r in fast) / 1e3,
+            "baseline_s": _median((r.result["mean_e2el_ms"] for r in base), ctx) / 1e3,
+            "trick_s": _median((r.result["mean_e2el_ms"] for r in fast), ctx) / 1e3,
             "predicted_speedup": predicted,
             "regime": parts["regime"],
             "how": MEASURED,

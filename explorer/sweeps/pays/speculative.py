@@ -10,6 +10,8 @@ search, not timed). alpha, the per-token acceptance rate, is measured at batch 1
 
 At batch 1 the row is the real SpeculativeSession's measured speedup instead (explorer.bench.
 speculative: both decoders alternately, forward passes timed), with the parts-model in `why`.
+attrs parts_speedup, draft_cost (t_d / t_1) and verify_cost (t_v / t_1), by batch, keep the
+parts-model at every batch, batch 1 included: the like-for-like line.
 predicted_speedup: the same formula (explorer.costs.tricks.speculative_speedup) over the
 calibrated cost model's pass times. No batched speculative engine exists here: rows at B > 1
 say "modelled from measured parts".
@@ -138,6 +140,9 @@ class _Spec:
         alpha = self.alpha(k)
         p = self.parts(batch, k)
         modelled = speculative_speedup(alpha, k, p.verify_s, p.draft_s, p.one_token_s)
+        for key, value in (("parts_speedup", modelled), ("draft_cost", p.draft_s / p.one_token_s)):
+            self.ctx.attrs.setdefault(key, {})[batch] = value  # like for like at every batch
+        self.ctx.attrs.setdefault("verify_cost", {})[batch] = p.verify_s / p.one_token_s
         split = self.ctx.split(p.one_token_s, batch=batch, tokens_fed=1, context_len=CONTEXT)
         if batch == 1:
             base_s, trick_s = self.session_speedup(k)
