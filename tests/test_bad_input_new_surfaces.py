@@ -108,6 +108,8 @@ def test_nan_and_inf_slos_are_refused_by_every_command(capsys):
         (["--trick", "kv-cache", "--values", "2,-1"], "must be >= 2, got -1"),
         (["--trick", "chunked-prefill", "--over", "chunk", "--values", "1e9"], "1000000000 exceed(s) 512"),
         (["--trick", "static-cache", "--values", "100000"], "100000 exceed(s) 512"),
+        (["--trick", "continuous", "--over", "spread", "--values", "1e9"], "must be <= 3.0, got 1e9"),
+        (["--trick", "continuous", "--over", "rate", "--values", "1e300"], "must be <= 10000.0"),
     ],
 )  # fmt: skip
 def test_pays_values_out_of_range_are_one_line(argv, words, capsys):
