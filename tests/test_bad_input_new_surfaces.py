@@ -92,6 +92,8 @@ def test_nan_and_inf_slos_are_refused_by_every_command(capsys):
             parse_goodput([text])
     assert main(["simulate", "--hardware", "h100", "--goodput", "ttft:nan"]) == 2
     assert "ttft:nan" in _one_line(capsys)
+    assert main(["bench", "serving", "--goodput", "ttft:inf"]) == 2
+    assert "ttft:inf" in _one_line(capsys)
     assert parse_goodput(["ttft:500"]) == {"ttft": 500.0}
 
 
@@ -108,6 +110,8 @@ def test_nan_and_inf_slos_are_refused_by_every_command(capsys):
         (["--trick", "kv-cache", "--values", "2,-1"], "must be a whole number >= 2 and <= 10,000,000, got '-1'"),
         (["--trick", "chunked-prefill", "--over", "chunk", "--values", "1e9"], "--over chunk must be a whole number >= 8"),
         (["--trick", "static-cache", "--values", "100000"], "100000 exceed(s) 512"),
+        (["--trick", "continuous", "--over", "spread", "--values", "1e9"], "must be <= 3.0, got 1e9"),
+        (["--trick", "continuous", "--over", "rate", "--values", "1e300"], "must be <= 10000.0"),
     ],
 )  # fmt: skip
 def test_pays_values_out_of_range_are_one_line(argv, words, capsys):
@@ -272,6 +276,23 @@ def test_scenario_against_no_server_names_the_url_quickly(capsys):
 def test_memory_wall_budget_out_of_range_is_refused_up_front(budget, words, capsys):
     assert main(["scenario", "memory-wall", "--memory-budget", budget, "--scale", "small"]) == 2
     assert words in _one_line(capsys)
+
+
+def test_ctrl_c_during_the_memory_wall_search_keeps_its_probes():
+    from types import SimpleNamespace as NS
+
+    from explorer.serving.scenarios.memory_wall import probes_so_far
+
+    def probe(ok: bool):
+        return NS(records=[NS(ok=ok)] * 2, meta={})
+
+    probes = {4: probe(True), 8: probe(False), 6: probe(True), 7: probe(False)}
+    failed, fitted = probes_so_far(probes)
+    assert failed is probes[7] and fitted is probes[6]
+    assert failed.meta["partial"] and fitted.meta["partial"]
+    only_fitted = {3: probe(True)}
+    failed, fitted = probes_so_far(only_fitted)
+    assert failed is None and fitted is only_fitted[3]
 
 
 def test_ctrl_c_outside_a_run_keeps_the_scenario_partial(target, monkeypatch):

@@ -44,6 +44,7 @@ NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, MAX_BATCH = 8, 16, 12, 4
 RATE_PROMPTS = 24  # a rate point needs 8+ arrivals in its second half to be judged steady or not
 RATE_SPREAD = 0.0  # the rate axis keeps lengths fixed: one reason at a time
 SHORT_PROMPTS, SHORT_OUTPUT, LONG_LEN, LONG_OUTPUT = 4, 24, 192, 4
+MAX_SPREAD, MAX_RATE = 3.0, 10_000.0  # the continuous trick's axes: beyond, nothing new
 
 
 def _opt(ctx: TrickContext, name: str, default):
@@ -304,15 +305,19 @@ register_trick(
                 "spread",
                 "floats",
                 (0.0, 0.25, 0.5, 1.0),
-                "output-length spread of a burst: 0 fixed, s > 0 lognormal sigma s",
+                "output-length spread of a burst: 0 fixed, s > 0 lognormal sigma s (at most "
+                f"{MAX_SPREAD:g}: past it the lengths overrun any context)",
                 low=0,
+                high=MAX_SPREAD,
             ),
             Axis(
                 "rate",
                 "floats",
                 (4.0, 8.0, 16.0, 32.0),
-                "Poisson request rate (req/s), fixed lengths",
+                f"Poisson request rate (req/s), fixed lengths (at most {MAX_RATE:g}: past it "
+                "every request arrives at once)",
                 low=0.01,
+                high=MAX_RATE,
             ),
         ),  # fmt: skip
         setup=setup_continuous,
