@@ -113,6 +113,9 @@ def _add_cost(sub) -> None:
     p.add_argument("--ops", action="store_true", help="operator by operator (explorer.cli.ops)")
     p.add_argument("--tp", type=int, default=1, help="--ops with --chip: tensor-parallel GPUs")
     p.add_argument("--html", default=None, metavar="FILE", help="--ops: the picture as HTML")
+    p.add_argument(
+        "--png", default=None, metavar="FILE", help="--ops: the picture as PNG (chromium draws it)"
+    )
     p.set_defaults(func=_cmd_cost)
 
 
@@ -120,7 +123,7 @@ def _cmd_cost(args) -> int:
     from explorer import costs
     from explorer.costs import hardware
 
-    if args.ops or args.html or args.tp != 1:
+    if args.ops or args.html or args.png or args.tp != 1:
         from explorer.cli.ops import run_ops
 
         return run_ops(args)

@@ -41,6 +41,9 @@ def run_ops(args) -> int:
     from explorer.costs.optime import summary, timed
 
     writable(args.html, "--html")
+    writable(args.png, "--png")
+    if args.png:
+        _check_browser(args.png)
     info, shape, peaks, link, where = _setup(args)
     fed = args.context if args.no_cache else args.tokens_fed
     table = operators(info, batch=args.batch, tokens_fed=fed, context_len=args.context,
@@ -50,19 +53,59 @@ def run_ops(args) -> int:
 
     rows = timed(table, peaks, tp=args.tp, interconnect_gbps=link, shape=shape or shape_of(info))
     head = summary(table, rows)
-    if args.html:
-        from explorer import plots
-
-        fig = plots.step_figure(rows, title=_title(table, where, "<br>"))
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(plots.figure_html(fig))
+    if args.html or args.png:
+        _write_picture(args, rows, _title(table, where, "<br>"))
     if args.json:
         print_json({"model": info.name, "where": where, "tp": args.tp, **head, "rows": rows})
         return 0
     _print(table, rows, head, where)
-    if args.html:
-        print(f"  picture written to {args.html}")
+    for path in (args.html, args.png):
+        if path:
+            print(f"  picture written to {path}")
     return 0
+
+
+def _write_picture(args, rows, title: str) -> None:
+    """The step drawn (explorer.plots.step) as an offline HTML page and/or a PNG of that page."""
+    import tempfile
+
+    from explorer import plots
+
+    html = plots.figure_html(plots.step_figure(rows, title=title))
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(html)
+    if args.png:
+        with tempfile.NamedTemporaryFile("w", suffix=".html", encoding="utf-8") as page:
+            page.write(html)
+            page.flush()
+            _screenshot(page.name, args.png)
+
+
+def _check_browser(png: str) -> None:
+    """Before any work: a PNG needs playwright and chromium (the browser tests' own)."""
+    from explorer.app.voila.browser import browser_unavailable
+
+    why = browser_unavailable()
+    if why:
+        raise ValueError(f"--png {png}: {why}; or save the --html page's picture from its camera")
+
+
+def _screenshot(html_path: str, png_path: str) -> None:
+    """The plot of an offline HTML page as a PNG, drawn by headless chromium."""
+    from playwright.sync_api import sync_playwright
+
+    from explorer.app.voila.browser import launch_chromium
+
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.goto(f"file://{html_path}")
+            page.wait_for_selector(".plotly-graph-div .main-svg", timeout=30000)
+            page.locator(".plotly-graph-div").first.screenshot(path=png_path)
+        finally:
+            browser.close()
 
 
 def _title(table, where: str, sep: str = " ") -> str:

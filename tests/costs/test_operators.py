@@ -183,3 +183,24 @@ def test_coarse_operators_of_an_unknown_family_read_every_parameter_once():
     assert [op.name for op in table.layer_ops()] == ["layer"] and table.layer_ops()[0].count == 16
     rows = timed(table, hardware.chip_peaks("h100", "bfloat16"))
     assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+
+
+def test_cli_ops_png_is_the_picture_drawn_by_chromium(capsys, tmp_path, monkeypatch):
+    from explorer.app.voila import browser
+    from explorer.cli import main
+
+    if browser.browser_unavailable():
+        pytest.skip(browser.browser_unavailable())
+    base = ["cost", "--model", "arch:llama-3.1-8b", "--ops", "--chip", "h100", "--dtype", "bf16"]
+    png = tmp_path / "ops.png"
+    assert main([*base, "--png", str(png)]) == 0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width > 800 and height > 400  # the whole plot, not an empty page
+    assert f"picture written to {png}" in capsys.readouterr().out
+    # no browser: one line before any work, nothing written
+    monkeypatch.setattr(browser, "browser_unavailable", lambda: "no chromium found")
+    assert main([*base, "--png", str(tmp_path / "no.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no chromium found" in err and "\n" not in err and not (tmp_path / "no.png").exists()
