@@ -97,6 +97,11 @@ def _cmd_bench_overhead(args) -> int:
     print(
         f"  ratio session/generate = {out['ratio']:.3f}   same greedy tokens: {out['same_tokens']}"
     )
+    if out["cpu_ratio"] is not None:
+        print(
+            f"  ratio in process CPU time = {out['cpu_ratio']:.3f} (all timed runs; other work "
+            "stretches it far less than the wall time)"
+        )
     if out["recording_share"] is not None:
         print(
             f"  recording's share of a Session step: {100 * out['recording_share']:.1f}% "
