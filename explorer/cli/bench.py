@@ -414,7 +414,7 @@ def _cmd_bench_lookup(args) -> int:
     r0 = rows[0]
     print(
         f"{r0['model']} on {r0['device']}: {args.new_tokens} greedy tokens (EOS ignored), prompt "
-        f"lookup k={args.k} ngram={args.ngram} vs plain decoding, median of {args.repeats} "
+        f"lookup k={args.k} ngram={args.ngram} vs plain decoding, a low quantile of {args.repeats} "
         f"alternating repeats after a warm-up ({r0['timer']})"
     )
     for r in rows:
@@ -423,6 +423,7 @@ def _cmd_bench_lookup(args) -> int:
             f"({r['found']} of {r['rounds']} rounds found a match)  plain {r['plain_s'] * 1e3:7.1f} ms  "
             f"lookup {r['lookup_s'] * 1e3:7.1f} ms  speedup {r['speedup']:.2f}x  "
             f"greedy equal: {r['greedy_equal']}"
+            + (f"  NOISY: {r['noisy_reason']}" if r.get("noisy") else "")
         )
     return 0
 
