@@ -64,6 +64,7 @@ def overhead_benchmark(
         "generate": g.to_dict(),
         "session": s.to_dict(),
         "ratio": s.estimate / g.estimate,
+        "cpu_ratio": _cpu_ratio(s, g),
         "per_token_ms": {k: 1e3 * m.estimate / new_tokens for k, m in times.items()},
         "noisy": g.noisy or s.noisy,
         "recording_share": recording_share(s),
@@ -76,6 +77,13 @@ def overhead_benchmark(
         out["same_tokens"] = _same_until_eos(session.tokens, gen_tokens, eos_ids(lm))
     s.results.clear()
     return out
+
+
+def _cpu_ratio(s, g) -> float | None:
+    """Session / generate() in process CPU time over all timed runs: on a busy machine other work
+    stretches the wall time, much less the CPU time a run needs (None without CPU times)."""
+    cs, cg = s.usage.cpu_s, g.usage.cpu_s
+    return cs / cg if cs and cg else None
 
 
 def recording_share(m) -> float | None:

@@ -7,14 +7,13 @@ outputs agree (greedy speculative decoding equals target-only decoding), never t
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-from explorer.costs import hardware
+from explorer.costs import hardware, noise
 from explorer.costs.speculation import breakeven_alpha, expected_speedup
 from explorer.costs.timing import alternate
 from explorer.engine.drafts import PromptLookup, check_k, vocab_size
@@ -48,8 +47,9 @@ def decode_target_only(
     return ids[len(prompt_ids) :], lat
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
+def _estimate(xs: list[float]) -> float | None:
+    """The one estimator (explorer.costs.noise): a low quantile of the samples, None for none."""
+    return noise.low_quantile(xs, noise.quantile_for(len(xs))) if xs else None
 
 
 def benchmark(
@@ -67,8 +67,8 @@ def benchmark(
 
     Measured speedup = (target-only decode time per token) / (speculative time per token), both over the timed
     forward passes only (device-synchronised perf_counter; prefill excluded); `measured_wall` also counts the
-    sampling chain and bookkeeping of both. c = median draft pass / median target decode pass; v = median
-    verify pass / median target decode pass, all measured in this run.
+    sampling chain and bookkeeping of both. c = draft pass / target decode pass; v = verify pass /
+    target decode pass, each a low quantile (explorer.costs.noise), all measured in this run.
     """
     ks = [check_k(k) for k in ks]
     ids = encode(target, prompt)
@@ -127,7 +127,7 @@ def lookup_benchmark(
 ) -> list[dict[str, Any]]:
     """Prompt-lookup decoding vs plain greedy decoding, per prompt: the same `new_tokens` greedy
     tokens (EOS ignored) both ways, timed alternately (ABBA, wall clock after a device sync) after
-    one warm-up of each. Rows: prompt, alpha, tokens_per_round, rounds, greedy_equal, both medians,
+    one warm-up of each. Rows: prompt, alpha, tokens_per_round, rounds, greedy_equal, both estimates (low quantiles),
     speedup = plain / lookup (measured)."""
     check_k(k)
     check_int("repeats", repeats, 1)
@@ -175,7 +175,7 @@ def lookup_benchmark(
                 "speedup": t_plain / t_lookup,
                 "timer": times["plain"].method,
                 "noisy": times["plain"].noisy or times["lookup"].noisy,
-                "noisy_reason": "; ".join(m.reason for m in times.values() if m.noisy),
+                "noisy_reason": "; ".join(f"{n}: {m.reason}" for n, m in times.items() if m.noisy),
             }
         )
     return rows
@@ -197,7 +197,7 @@ def _bench_row(
     k: int, acc: dict, sampling: Sampling, n_tokens: int, repeats: int, target: LoadedModel
 ) -> dict:
     st = round_stats(acc["rounds"])
-    t_dec, t_draft, t_ver = _median(acc["base"]), _median(acc["draft"]), _median(acc["verify"])
+    t_dec, t_draft, t_ver = (_estimate(acc[k]) for k in ("base", "draft", "verify"))
     c = t_draft / t_dec if t_draft and t_dec else None
     v = t_ver / t_dec if t_ver and t_dec else None
     alpha = st["alpha"]
@@ -218,13 +218,14 @@ def _bench_row(
         "verify_pass_s": t_ver,
         "predicted": expected_speedup(alpha, k, c) if ok else None,
         "predicted_with_verify_cost": expected_speedup(alpha, k, c, v) if ok and v else None,
-        "measured": statistics.median(acc["base_tok"]) / statistics.median(acc["spec"]),
-        "measured_wall": statistics.median(acc["base_wall"]) / statistics.median(acc["spec_wall"]),
+        "measured": _estimate(acc["base_tok"]) / _estimate(acc["spec"]),
+        "measured_wall": _estimate(acc["base_wall"]) / _estimate(acc["spec_wall"]),
         "n_tokens": n_tokens,
         "repeats": repeats,
         "device": str(target.device),
         "dtype": target.info.dtype,
-        "timing": "forward passes, perf_counter after device sync; medians over repeats; prefill excluded",
+        "timing": "forward passes, perf_counter after device sync; a low quantile over repeats "
+        "(explorer.costs.noise); prefill excluded",
     }
 
 
@@ -279,7 +280,7 @@ def measure_cost_ratio(
         "c": c,
         "spread_s": {name: [m.low, m.high] for name, m in timed.items()},
         "noisy": any(m.noisy for m in timed.values()),
-        "noisy_reason": "; ".join(dict.fromkeys(m.reason for m in timed.values() if m.noisy)),
+        "noisy_reason": "; ".join(f"{n}: {m.reason}" for n, m in timed.items() if m.noisy),
         "per_k": rows,
         "timing": f"passes interleaved (ABBA), a low quantile of {repeats} repeats after "
         f"{warmup} warm-up, perf_counter after device sync (explorer.costs.noise)",

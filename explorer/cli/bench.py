@@ -87,6 +87,11 @@ def _cmd_bench_overhead(args) -> int:
     print(
         f"  ratio session/generate = {out['ratio']:.3f}   same greedy tokens: {out['same_tokens']}"
     )
+    if out["cpu_ratio"] is not None:
+        print(
+            f"  ratio in process CPU time = {out['cpu_ratio']:.3f} (all timed runs; other work "
+            "stretches it far less than the wall time)"
+        )
     if out["recording_share"] is not None:
         print(
             f"  recording's share of a Session step: {100 * out['recording_share']:.1f}% "
@@ -399,7 +404,7 @@ def _cmd_bench_lookup(args) -> int:
     r0 = rows[0]
     print(
         f"{r0['model']} on {r0['device']}: {args.new_tokens} greedy tokens (EOS ignored), prompt "
-        f"lookup k={args.k} ngram={args.ngram} vs plain decoding, median of {args.repeats} "
+        f"lookup k={args.k} ngram={args.ngram} vs plain decoding, a low quantile of {args.repeats} "
         f"alternating repeats after a warm-up ({r0['timer']})"
     )
     for r in rows:
@@ -408,6 +413,7 @@ def _cmd_bench_lookup(args) -> int:
             f"({r['found']} of {r['rounds']} rounds found a match)  plain {r['plain_s'] * 1e3:7.1f} ms  "
             f"lookup {r['lookup_s'] * 1e3:7.1f} ms  speedup {r['speedup']:.2f}x  "
             f"greedy equal: {r['greedy_equal']}"
+            + (f"  NOISY: {r['noisy_reason']}" if r.get("noisy") else "")
         )
     return 0
 

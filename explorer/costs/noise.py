@@ -43,7 +43,8 @@ class TooFewRepeats(ValueError):
 
 
 def min_repeats(quantile: float) -> int:
-    """The fewest repeats whose nearest-rank q-quantile is not simply the minimum (1 for q = 0)."""
+    """The fewest repeats n that can estimate the q-quantile: n x q >= 1, so that at least one
+    sample lies at or below it (1 for q = 0, the minimum)."""
     if not 0 <= quantile < 1:
         raise ValueError(f"quantile must be in [0, 1), got {quantile!r}")
     return 1 if quantile == 0 else math.ceil(1 / quantile - 1e-9)

@@ -135,7 +135,11 @@ def _cache_columns(df) -> Columns:
     for mode in ("cache on", "cache off"):
         part = df[df["mode"] == mode] if len(df) else df
         x = _col(part, "step")
-        cols[f"{mode}: per step (measured)"] = {"x": x, "y": _col(part, "latency_s_measured", 1e3)}
+        cols[f"{mode}: per step (measured)"] = {
+            "x": x,
+            "y": _col(part, "latency_s_measured", 1e3),
+            **_marks(part),
+        }
         cols[f"{mode}: cumulative (measured)"] = {"x": x, "y": _col(part, "cumulative_s_measured")}
         cols[f"{mode}: cumulative bound (modelled)"] = {
             "x": x,

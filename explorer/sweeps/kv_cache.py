@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import threading
 
 import pandas as pd
@@ -10,19 +9,22 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
-from explorer.costs.timing import time_call
+from explorer.costs.timing import Timer
 from explorer.model.loader import LoadedModel, ModelInfo
 from explorer.model.passes import forward, kv_cache_bytes
 from explorer.sweeps import REPEATS, Param, Sweep, register
 from explorer.sweeps._common import (
+    NOISE_COLUMNS,
     Bar,
     Progress,
     attrs,
     check_context,
     check_count,
     frame,
+    from_steps,
     measure_points,
     modelled,
+    noise_columns,
     peaks_for,
     prefill_cache,
     token_ids,
@@ -42,22 +44,23 @@ COLUMNS = [
     "bytes_modelled",
     "bound_s_modelled",
     "cumulative_bound_s_modelled",
+    *NOISE_COLUMNS,
 ]
 
 
 def generate_timed(
     model, prompt: torch.Tensor, new_tokens: int, use_cache: bool, device
-) -> list[tuple[float, int]]:
-    """Greedy generation of new_tokens, one timed forward per token: [(seconds, kv bytes after)]."""
+) -> list[tuple[float, int, float | None]]:
+    """Greedy generation of new_tokens, one timed forward per token: [(seconds, kv bytes after,
+    the pass's CPU share (Timer.cpu_share))]."""
     ids, cache, out = prompt, (DynamicCache() if use_cache else None), []
+    timer = Timer(torch.device(device))
     for _ in range(new_tokens):
         past = cache.get_seq_length() if cache is not None else 0
         feed = ids[:, past:] if use_cache else ids  # [1, T]
-        (logits, cache), seconds = time_call(
-            lambda: forward(model, feed, cache, last_only=True),  # noqa: B023 - called at once
-            device,
-        )
-        out.append((seconds, kv_cache_bytes(cache)))
+        with timer.region():
+            logits, cache = forward(model, feed, cache, last_only=True)
+        out.append((timer.seconds, kv_cache_bytes(cache), timer.cpu_share))
         ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)  # [1, L + 1]
     return out
 
@@ -77,7 +80,8 @@ def run(
     """Per-step latency and cumulative time vs position with the KV cache on and off (batch 1).
 
     Each mode generates new_tokens greedily after a prompt_len prompt (prefill + new_tokens - 1
-    decode passes). repeats > 1 repeats each whole generation and takes per-step medians.
+    decode passes). repeats > 1 repeats each whole generation and takes a per-step low quantile
+    (explorer.costs.noise; the noise columns say how busy the machine was).
     Without the cache every pass feeds the whole sequence, so cumulative time grows quadratically.
     """
     check_count("new_tokens", new_tokens)
@@ -125,7 +129,8 @@ def _rows(info: ModelInfo, peaks, runs, prompt_len: int, use_cache: bool) -> lis
     for step, (fed, context) in enumerate(
         costs.generation_steps(prompt_len, len(runs[0]), use_cache)
     ):
-        latency = statistics.median(run[step][0] for run in runs)
+        timed = from_steps([run[step][0] for run in runs], [run[step][2] for run in runs])
+        latency = timed.estimate
         model = modelled(
             info, peaks, batch=1, tokens_fed=fed, context_len=context, use_cache=use_cache
         )
@@ -140,6 +145,7 @@ def _rows(info: ModelInfo, peaks, runs, prompt_len: int, use_cache: bool) -> lis
                 "tokens_fed": fed,
                 "context_len": context,
                 "latency_s_measured": latency,
+                **noise_columns(timed),
                 "cumulative_s_measured": total,
                 "kv_cache_bytes_measured": runs[0][step][1],
                 "flops_modelled": model["flops_modelled"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from explorer.app.voila import sharing
@@ -45,3 +47,12 @@ def test_the_note_shows_only_under_the_app_server():
     assert sharing.sharing_note({}) == ""
     note = sharing.sharing_note({"EXPLORER_APP_KERNEL": "1"})
     assert "share" in note and f"torch on {torch.get_num_threads()} thread" in note
+
+
+def test_the_app_server_marks_its_kernels():
+    from explorer.app.voila import config, serve
+
+    env = serve.kernel_env(config.AppConfig(pool_size=2, threads=0), base={})
+    assert env["EXPLORER_APP_KERNEL"] == "1"
+    cores = os.cpu_count()
+    assert env["OMP_NUM_THREADS"] == str(sharing.kernel_threads(cores, 2))

@@ -524,6 +524,7 @@ def test_overhead_benchmark_reports_both_estimates_and_the_ratio(tiny):
     assert out["per_token_ms"] == pytest.approx({"generate": 2 / 6, "session": 3 / 6})
     assert out["same_tokens"] is True and out["new_tokens"] == 6 and out["session_forward_ms"] > 0
     assert out["noisy"] is False and out["session"]["cpu_share"] == pytest.approx(1.0)
+    assert out["cpu_ratio"] == pytest.approx(1.5)  # the fake CPU clock moved with the wall
     assert out["recording_share"] is not None
 
 
