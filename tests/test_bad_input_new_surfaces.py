@@ -110,8 +110,8 @@ def test_nan_and_inf_slos_are_refused_by_every_command(capsys):
         (["--trick", "kv-cache", "--values", "2,-1"], "must be a whole number >= 2 and <= 10,000,000, got '-1'"),
         (["--trick", "chunked-prefill", "--over", "chunk", "--values", "1e9"], "--over chunk must be a whole number >= 8"),
         (["--trick", "static-cache", "--values", "100000"], "100000 exceed(s) 512"),
-        (["--trick", "continuous", "--over", "spread", "--values", "1e9"], "must be <= 3.0, got 1e9"),
-        (["--trick", "continuous", "--over", "rate", "--values", "1e300"], "must be <= 10000.0"),
+        (["--trick", "continuous", "--over", "spread", "--values", "1e9"], "must be a number >= 0 and <= 3, got '1e9'"),
+        (["--trick", "continuous", "--over", "rate", "--values", "1e300"], "must be a number >= 0.01 and <= 10000, got '1e300'"),
     ],
 )  # fmt: skip
 def test_pays_values_out_of_range_are_one_line(argv, words, capsys):

@@ -100,7 +100,12 @@ def log_axis(*, wide: bool = False) -> dict:
     """Tick values and labels for a log axis from 1e-6 to 1e15 (plotly draws those in range)."""
     mantissas = (1,) if wide else (1, 2, 5)
     values = [m * 10.0**e for e in range(-6, 16) for m in mantissas]
-    return dict(tickvals=values, ticktext=[si_label(v) for v in values], minor=dict(ticks=""))
+    return dict(
+        tickvals=values,
+        ticktext=[si_label(v) for v in values],
+        exponentformat="SI",  # for any tick plotly adds itself (hover, a zoomed-in axis)
+        minor=dict(ticks=""),
+    )
 
 
 LOG_AXIS = log_axis()

@@ -12,7 +12,6 @@ import torch
 from app_helpers import message, trace_of
 
 from explorer.app import Dashboard, controls
-from explorer.app import models as models_module
 from explorer.engine.session import prompt_input
 
 
@@ -70,10 +69,12 @@ def test_unknown_model_shows_a_message_and_keeps_the_old_session(dash):
 
 
 def test_a_model_too_big_for_memory_is_refused(dash, monkeypatch):
-    monkeypatch.setattr(models_module, "available_bytes", lambda device: 1 << 30)  # 1 GiB free
+    from explorer.model import device as device_module
+
+    monkeypatch.setattr(device_module, "available_bytes", lambda device: 1 << 30)  # 1 GiB free
     old = dash.session
     dash.parts["model"].value = "arch:qwen2.5-0.5b"
-    assert "Out of memory" in message(dash) and "GB" in message(dash)
+    assert "Out of memory" in message(dash) and "GiB needed (modelled)" in message(dash)
     assert dash.session is old and dash.parts["model"].value == "tiny"
 
 

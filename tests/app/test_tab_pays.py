@@ -55,7 +55,9 @@ def test_choices_come_from_the_trick_registry_and_bad_values_are_one_message(das
     _choose(dash, "kv-cache", "length", "")
     assert not _tab(dash).start() and "give at least one value" in message(dash)
     _choose(dash, "kv-cache", "length", "8, inf")  # was: nothing happened, no message
-    assert not _tab(dash).start() and "finite whole numbers, got &#x27;inf" in message(dash)
+    assert not _tab(
+        dash
+    ).start() and "whole number &gt;= 2 and &lt;= 10,000,000, got &#x27;inf" in message(dash)
 
 
 def test_a_run_draws_the_speedup_the_crossovers_and_the_why(dash):
