@@ -49,6 +49,14 @@ def test_step_tab_draws_every_operator_with_hover_and_follows_steps(dash):
     dash.parts["step-walk"].click()  # the walk lights every layer once, then none
     assert tab.walked == [0, 1, None]
     assert list(trace_of(pic, "layers").marker.color).count("#f2b134") == 0
+    dash.guard.busy = "Play"  # while Play runs, each new step lights the next layer
+    lit = []
+    for _ in range(3):
+        dash.step()
+        colors = list(trace_of(pic, "layers").marker.color)
+        lit.append(colors.index("#f2b134"))
+    dash.guard.busy = None
+    assert lit == [0, 1, 0]  # two layers: the highlight walks the stack and wraps
     dash.select(0)  # the prefill again: the same boxes, prefill shapes
     assert "step 0 (prefill" in pic.layout.title.text
     names = list(trace_of(pic, "operators").customdata)

@@ -69,7 +69,7 @@ class StepTab(Tab):
             "step-walk", "Walk the layers", "play", width=None,
             tip="light each layer in turn, as the step runs through them")  # fmt: skip
         self.walk_button.on_click(lambda _: dash.guard.call("Walking the layers", self.walk))
-        self.walk_delay, self.walked = 0.05, []
+        self.walk_delay, self.walked, self.played = 0.05, [], -1
         self.text = tagged(W.HTML(), "step-text")
         self.parts = {"step-picture": self.fig, "step-roofline": self.roof, "step-chip": self.chip,
                       "step-measure": self.measure_button, "step-text": self.text,
@@ -97,6 +97,15 @@ class StepTab(Tab):
         self.measured = None
         if self.live and self.dash.selected is None:
             self.refresh()
+            if self.dash.guard.busy == "Play":  # Play: the highlight walks a layer per step
+                self.light_layer((self.played + 1) % max(self.dash.session.lm.info.layers, 1))
+
+    def light_layer(self, index: int) -> None:
+        """Light layer `index` of the stack (amber), the opened one staying blue."""
+        stack = next((t for t in self.fig.data if t.name == "layers"), None)
+        if stack is not None:
+            self.played = index
+            stack.marker.color = plots.stack_colors(len(stack.y), self.opened, index)
 
     def steps_reset(self, steps) -> None:
         self.measured = None
