@@ -18,7 +18,10 @@ The search:
     long runs;
   - why 8,000 requests: the p99 is then the 80th-largest of 8,000 TTFTs, not the 2nd of 200;
     8,000 arrivals are 20 x the relaxation time of a queue at 95% load (1 / (1 - rho)^2 = 400
-    arrivals), so the empty start is forgotten; and the backlog test's false-alarm and miss
+    arrivals), so the empty start is forgotten, and a rate nearer the modelled capacity than that
+    (fewer than SETTLE = 20 relaxation times in a check run) is refused: there a p99 TTFT still
+    moves from seed to seed by more than the SLO's margin (8B on 2 H100s at 98% of it: 314-478 ms
+    on seeds 0-2, 549-921 ms on seeds 3-5); and the backlog test's false-alarm and miss
     rates at that length are the calibrated ones (explorer.serving.simulate.saturation). Why
     several seeds: one Poisson draw of 8,000 requests near capacity can be lucky; the issue's
     case (40.2 req/s accepted on a 534-request probe) missed its TTFT SLO on all of seeds 0-2;
@@ -67,6 +70,7 @@ CHECK_PROMPTS = 8000  # each seed's run before a rate is accepted (see the modul
 CHECK_SEEDS = (0, 1, 2)
 MAX_PROMPTS = 16_000  # the longest run (a rate that has not settled by then is refused)
 RELAXATION = 1.0  # requests x (1 - utilization)^2 a run needs at least (see relaxation_prompts)
+SETTLE = 20  # a check run spans at least this many relaxation times (else the rate is refused)
 LIMITS = ("memory bandwidth", "FLOPs", "overheads")  # a Step's limit (steptime.largest)
 VERDICTS = {
     "FLOPs": "FLOPs (most busy time is in compute-bound, prefill-heavy iterations)",
@@ -190,11 +194,13 @@ def judged_point(
     """The rate, accepted only when a `check_prompts`-request run with every seed in `seeds` is
     stable and meets every SLO at p99 (the row returned is the worst seed's: highest p99 TTFT).
     Refused at once when hopeless (at or past the modelled capacity, or so near it that no run
-    up to MAX_PROMPTS forgets its empty start), and when a shorter screening run (max(
+    up to MAX_PROMPTS forgets its empty start, or the check runs span fewer than SETTLE
+    relaxation times: for 8,000 requests, past 95% of the modelled capacity), and when a shorter
+    screening run (max(
     num_prompts, MIN_PROMPTS, relaxation_prompts, check_prompts / 4) requests, the first seed)
     is refused."""
     need = relaxation_prompts(rate / setup.capacity)
-    if need > MAX_PROMPTS:
+    if need > MAX_PROMPTS or SETTLE * need > check_prompts:
         return _refused(rate)
     screen = max(num_prompts, MIN_PROMPTS, need, check_prompts // 4)
     runs = []
@@ -308,7 +314,8 @@ def _answer(
             f"accepted only where {best['num_prompts'] if best else CHECK_PROMPTS}-request runs "
             f"with seeds {', '.join(map(str, seeds))} are all stable (the waiting queue grows < "
             f"{GROWTH_LIMIT} per arrival and its late peak stays under {BACKLOG_Z} x "
-            "sqrt(arrivals)) and meet every SLO at p99; "
+            "sqrt(arrivals)) and meet every SLO at p99, and that span at least "
+            f"{SETTLE} relaxation times (1 / (1 - utilization)^2 requests each); "
             f"rate bisected to {PRECISION:.0%}; modelled capacity {setup.capacity:.3g} req/s "
             "(the step model's fluid saturation rate)"
         ],
