@@ -4,10 +4,14 @@
     model = profile(lm, "continuous")                  # fitted on the real engine (cached to a file)
     res = simulate(lm.info, Workload(...), "continuous", model)    # a ServingResult, modelled
 
-Rooms: steptime (one iteration's seconds from the cost model + a fitted machine), policy (each
-engine's scheduler, one function per decision), events (the discrete-event loop on a heap),
+Rooms: work (one iteration's bytes and FLOPs at a precision and TP: the one function every
+machine and the capacity verdict read), steptime (the fitted machine: seconds and what limits
+each step), chip (the chip machine on paper), policy (each engine's scheduler, one function per
+decision), events (the discrete-event loop on a heap), replicas (copies behind a load balancer),
 profile (the profiling runs through the real engine, the cache file), validate (measured vs
-simulated per metric), whatif (a known chip and tensor parallelism on paper).
+simulated per metric), whatif (a known chip and tensor parallelism on paper: memory,
+whatif_settings), capacity (the largest rate meeting SLOs), saturation (the steadiness verdict's
+calibration).
 """
 
 from __future__ import annotations

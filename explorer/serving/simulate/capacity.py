@@ -196,9 +196,8 @@ def judged_point(
     Refused at once when hopeless (at or past the modelled capacity, or so near it that no run
     up to MAX_PROMPTS forgets its empty start, or the check runs span fewer than SETTLE
     relaxation times: for 8,000 requests, past 95% of the modelled capacity), and when a shorter
-    screening run (max(
-    num_prompts, MIN_PROMPTS, relaxation_prompts, check_prompts / 4) requests, the first seed)
-    is refused."""
+    screening run (max(num_prompts, MIN_PROMPTS, relaxation_prompts, check_prompts / 4)
+    requests, the first seed) is refused."""
     need = relaxation_prompts(rate / setup.capacity)
     if need > MAX_PROMPTS or SETTLE * need > check_prompts:
         return _refused(rate)
@@ -247,6 +246,8 @@ def capacity(
     for name, n in (("num_prompts", num_prompts), ("check_prompts", check_prompts)):
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {n!r}")
+    if not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+        raise ValueError(f"seeds must be one or more whole numbers, got {seeds!r}")
     setup = Setup(info, chip, tp, input_len, output_len, replicas, **overrides)
     probes: list[dict] = []
 

@@ -119,3 +119,20 @@ def test_cli_takes_replicas(capsys):
     assert main([*flags, "--replicas", "0"]) != 0
     err = capsys.readouterr().err
     assert "--replicas must be" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("kw", "says"),
+    [
+        ({"check_prompts": 0}, "check_prompts must be a whole number >= 1"),
+        ({"seeds": ()}, "seeds must be one or more whole numbers"),
+        ({"replicas": 0}, "--replicas must be a whole number >= 1"),
+    ],
+)
+def test_the_capacity_search_refuses_bad_input_in_one_line(kw, says):
+    from explorer.serving.simulate.capacity import capacity
+
+    info = arch_info("smollm2-135m", "bfloat16")
+    with pytest.raises(ValueError, match=says) as err:
+        capacity(info, "l4", slos={"ttft": 200}, **kw)
+    assert "\n" not in str(err.value)
