@@ -37,7 +37,7 @@ def add_simulate(sub, name: str) -> None:
     p.add_argument("--model", default=None, help="bundled:target (default), arch:llama-3.1-8b, ...")
     p.add_argument("--engine", choices=modelled(), default="continuous")
     p.add_argument("--hardware", default=None, help=f"a known chip: {', '.join(_chips())}")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (with --hardware)")
+    _add_gpu_flags(p)
     p.add_argument(
         "--dtype",
         default=None,
@@ -111,6 +111,17 @@ def add_simulate(sub, name: str) -> None:
     p.set_defaults(func=run)
 
 
+def _add_gpu_flags(p) -> None:
+    """--tp and --replicas (explorer.serving.simulate.whatif_settings.Deployment)."""
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (with --hardware)")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="independent copies behind a round-robin load balancer, each --tp GPUs",
+    )
+
+
 def _chips() -> list[str]:
     from explorer.costs.hardware import KNOWN_CHIPS
 
@@ -139,7 +150,8 @@ def run(args) -> int:
 
         requests = workload.requests(vocab_size=info.vocab_size)
         check_context(info, requests)
-    res = simulate(info, workload, args.engine, model, goodput=goodput, requests=requests, **knobs)
+    opts = dict(goodput=goodput, requests=requests, replicas=args.replicas)
+    res = simulate(info, workload, args.engine, model, **opts, **knobs)
     out = {**res.to_dict(), "modelled": True, "assumptions": res.meta["assumptions"]}
     for k in ("requests", "iterations", "step_model", "generated_texts"):
         out.pop(k, None)
@@ -210,6 +222,7 @@ def _capacity(args) -> int:
         info,
         args.hardware,
         tp=args.tp,
+        replicas=args.replicas,
         input_len=args.input_len,
         output_len=args.output_len,
         slos=slos,
@@ -220,7 +233,7 @@ def _capacity(args) -> int:
     best = ans["largest_rate"] is not None
     ans["gpu_hour_usd"] = args.gpu_hour_usd
     ans["cost_per_million_output_tokens_usd"] = (
-        cost_per_million(ans, args.tp, args.gpu_hour_usd) if best else None
+        cost_per_million(ans, args.tp * args.replicas, args.gpu_hour_usd) if best else None
     )
     if args.json:
         print_json(ans)

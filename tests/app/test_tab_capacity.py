@@ -15,16 +15,26 @@ def test_capacity_tab_answers_on_paper_and_keeps_working_after_bad_input(dash):
     dash.parts["cap-model"].value = "arch:llama-3.1-8b"
     dash.parts["cap-chip"].value = "h100"
     dash.parts["cap-gpus"].value = 2
+    dash.parts["cap-check"].value = 300  # requests per seed's check run (8,000 by default)
+    assert dash.parts["cap-replicas"].description == "replicas"  # the declared setting's label
+    dash.parts["cap-replicas"].value = 2
     dash.parts["cap-run"].click()
     assert dash.guard.errors == [], dash.guard.errors
     rows = tab.rows
-    assert len(rows) >= 5 and all(r["modelled"] for r in rows)
+    assert len(rows) >= 5 and all(r["modelled"] and r["replicas"] == 2 for r in rows)
     answer = html.unescape(dash.parts["cap-answer"].value)
     assert "req/s" in answer and "per million" in answer and "(modelled)" in answer
+    assert "for 4 GPU(s)" in answer and "-request runs with seeds 0, 1, 2" in answer
+    assert "2 replicas of 2 GPU(s) each" in answer
+    dash.parts["cap-replicas"].value = 1
     assert "H100" in answer and "tensor parallel 2" in answer  # the assumptions beside it
     chart = dash.parts["cap-chart"]
     assert "modelled" in chart.layout.title.text and len(chart.data) == 2
     # bad input: a message, the last curve stays, the next run works
+    dash.parts["cap-replicas"].value = 0
+    dash.parts["cap-run"].click()
+    assert "replicas must be a whole number >= 1" in html.unescape(message(dash))
+    dash.parts["cap-replicas"].value = 1
     dash.parts["cap-gpus"].value = 3
     dash.parts["cap-run"].click()
     assert "does not divide" in html.unescape(message(dash))

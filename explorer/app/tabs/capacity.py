@@ -1,6 +1,8 @@
 """The Capacity tab: how many GPUs for this model, workload and SLOs? Modelled, on paper.
 
-Pick a model shape, a chip, the GPU count (tensor parallel), the request lengths, the SLOs and an
+Pick a model shape, a chip, the GPU count (tensor parallel) and the replicas behind a load
+balancer (the declared Deployment setting, explorer.serving.simulate.whatif_settings), the request
+lengths, the SLOs and an
 hourly price: Run simulates a range of Poisson request rates (explorer.serving.simulate.capacity)
 and draws p99 TTFT and TPOT against throughput with the SLOs, each point labelled with its
 utilization (unstable points, past saturation, as crosses), then searches the largest steady rate
@@ -19,7 +21,7 @@ import ipywidgets as W
 
 from explorer import plots
 from explorer._format import number, pct
-from explorer.app.controls import button, labelled, tagged
+from explorer.app.controls import button, control, labelled, tagged
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
 
@@ -37,10 +39,26 @@ def whatif_defaults() -> dict:
     return DEFAULTS
 
 
+def deployment_specs() -> dict:
+    from explorer.engine.settings import specs
+    from explorer.serving.simulate.whatif_settings import Deployment
+
+    return specs(Deployment)
+
+
+def check_prompts() -> int:
+    from explorer.serving.simulate.capacity import CHECK_PROMPTS
+
+    return CHECK_PROMPTS
+
+
 def _shapes() -> list[str]:
     from explorer.model.loader import available_models
 
     return [m for m in available_models() if m.startswith("arch:")]
+
+
+WEIGHT_DTYPES = ["bfloat16", "float16", "fp8"]  # the weights the what-if prices on a chip
 
 
 @register(47)
@@ -67,15 +85,9 @@ class CapacityTab(Tab):
         self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
         self.chip = box(W.Dropdown, "chip", "h100", "chip", options=_chips())
         self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
+        self.replicas, self.check = self._deployment_controls(box)
         self.expert_parallel = box(W.Checkbox, "ep", False, "split experts (EP)", indent=False)
-        self.dtype = box(
-            W.Dropdown,
-            "dtype",
-            "bfloat16",
-            "dtype",
-            "215px",
-            options=["bfloat16", "float16", "fp8"],
-        )
+        self.dtype = box(W.Dropdown, "dtype", "bfloat16", "dtype", "215px", options=WEIGHT_DTYPES)
         self.input_len = box(W.IntText, "input", 512, "prompt tokens")
         self.output_len = box(W.IntText, "output", 128, "output tokens")
         self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
@@ -124,8 +136,8 @@ class CapacityTab(Tab):
         )
         self.widget = W.VBox(
             [
-                W.HBox([self.model, self.chip, self.gpus, self.dtype]),
-                W.HBox([self.input_len, self.output_len, self.slos, self.price]),
+                W.HBox([self.model, self.chip, self.gpus, self.replicas, self.dtype]),
+                W.HBox([self.input_len, self.output_len, self.slos, self.price, self.check]),
                 W.HBox([self.bw_eff, self.flop_eff, self.expert_parallel, self.run_button]),
                 self.answer,
                 self.chart,
@@ -135,6 +147,17 @@ class CapacityTab(Tab):
         )
         self.widget.add_class("ie-capacity")
         self.parts["capacity"] = self.widget
+
+    def _deployment_controls(self, box):
+        """The replicas (the declared Deployment setting) and the check runs' length."""
+        replicas = control(deployment_specs()["replicas"], 1, "cap-replicas")
+        self.parts["cap-replicas"] = replicas
+        check = box(W.IntText, "check", check_prompts(), "requests / seed")
+        check.tooltip = (
+            "a rate is accepted only where runs of this many requests, one per seed, are "
+            "stable and meet the SLOs (8,000 by default; fewer: faster, less sure)"
+        )
+        return replicas, check
 
     def figures(self):
         return [self.chart]
@@ -193,7 +216,7 @@ class CapacityTab(Tab):
     def run(self) -> None:
         """Simulate the curve and show the answer (errors go to the dashboard's message)."""
         from explorer.serving import parse_goodput
-        from explorer.serving.simulate.capacity import capacity, cost_per_million, curve
+        from explorer.serving.simulate.capacity import capacity, curve
 
         slos = parse_goodput(self.slos.value.strip() or None)
         for name, w, low in (
@@ -202,12 +225,20 @@ class CapacityTab(Tab):
         ):
             if w.value < low:
                 raise ValueError(f"{name} must be >= {low}, got {w.value}")
+        replicas = self.replicas.value
+        why = deployment_specs()["replicas"].problem(replicas)
+        if why:
+            raise ValueError(f"replicas {why}")
+        if not isinstance(self.check.value, int) or self.check.value < 1:
+            raise ValueError(f"requests / seed must be a whole number >= 1, got {self.check.value}")
         info = self._info()
         self.dash.guard.say(
-            f"Simulating {info.name} on {self.gpus.value} x {self.chip.value}…", "busy"
+            f"Simulating {info.name} on {replicas} x {self.gpus.value} x {self.chip.value}…",
+            "busy",
         )
         setup = dict(
             tp=self.gpus.value,
+            replicas=replicas,
             input_len=self.input_len.value,
             output_len=self.output_len.value,
             slos=slos,
@@ -217,10 +248,25 @@ class CapacityTab(Tab):
             expert_parallel=self.expert_parallel.value,
         )
         rows = curve(info, self.chip.value, **setup)
-        best = capacity(info, self.chip.value, **setup) if slos else None
+        best = (
+            capacity(info, self.chip.value, check_prompts=self.check.value, **setup)
+            if slos
+            else None
+        )
         self.rows = rows
         plots.redraw(self.chart, plots.capacity_figure(rows, slos))
         refit(self.chart)
+        verdict = self._verdict(best, replicas)
+        items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
+        self.answer.value = (
+            f"<div>{verdict} (modelled)</div><details><summary>assumptions</summary>"
+            f"<ul style='font-size:11px'>{items}</ul></details>{_published_html()}"
+        )
+        self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
+
+    def _verdict(self, best: dict | None, replicas: int) -> str:
+        from explorer.serving.simulate.capacity import cost_per_million
+
         if best is None or best["largest_rate"] is None:
             verdict = (
                 "no SLOs given: give some (e.g. ttft:500 tpot:50) for a largest rate"
@@ -229,7 +275,7 @@ class CapacityTab(Tab):
                 "faster chip or looser SLOs"
             )
         else:
-            cost = cost_per_million(best, self.gpus.value, self.price.value)
+            cost = cost_per_million(best, self.gpus.value * replicas, self.price.value)
             verdict = (
                 f"largest steady rate meeting the SLOs: <b>{best['largest_rate']:.3g} req/s</b> "
                 f"(utilization {best['utilization']:.2f} of the modelled capacity "
@@ -239,14 +285,11 @@ class CapacityTab(Tab):
                 f"of the whole run, first arrival to last finish, "
                 f"{best['request_goodput'] or 0:.3g} req/s), "
                 f"about <b>${cost:.3f} per million output tokens</b> at "
-                f"${self.price.value:g}/GPU-hour"
+                f"${self.price.value:g}/GPU-hour for {replicas * self.gpus.value} GPU(s); held on "
+                f"{best['num_prompts']:,}-request runs with seeds "
+                f"{', '.join(str(r['seed']) for r in best['seed_runs'] or [])}"
             )
-        items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
-        self.answer.value = (
-            f"<div>{verdict} (modelled)</div><details><summary>assumptions</summary>"
-            f"<ul style='font-size:11px'>{items}</ul></details>{_published_html()}"
-        )
-        self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
+        return verdict
 
 
 def _published_html() -> str:

@@ -4,14 +4,16 @@
     model = profile(lm, "continuous")                  # fitted on the real engine (cached to a file)
     res = simulate(lm.info, Workload(...), "continuous", model)    # a ServingResult, modelled
 
-Rooms: steptime (one iteration's seconds from the cost model + a fitted machine), policy (each
-engine's scheduler, one function per decision), events (the discrete-event loop on a heap),
-run (simulate(): a workload through a policy to a modelled ServingResult, and the analytic
-saturation rate), profile (the profiling runs through the real engine, the cache file), validate
-(measured vs simulated per metric), whatif (a known chip and tensor parallelism on paper),
-capacity (the largest steady rate meeting the SLOs, and the latency-throughput curve), published
-(the what-if against published GPU serving runs), operators and operators_report (the chip rule
-per operator against Vidur's measured GPU operator times, and its report).
+Rooms: work (one iteration's bytes and FLOPs at a precision and TP: the one function every
+machine and the capacity verdict read), steptime (the fitted machine: seconds and what limits
+each step), chip (the chip machine on paper), policy (each engine's scheduler, one function per
+decision), events (the discrete-event loop on a heap), replicas (copies behind a load balancer),
+profile (the profiling runs through the real engine, the cache file), validate (measured vs
+simulated per metric), whatif (a known chip and tensor parallelism on paper: memory,
+whatif_settings), capacity (the largest rate meeting SLOs), saturation (the steadiness verdict's
+calibration), run (simulate(): a workload through a policy to a modelled ServingResult),
+published (the what-if against published GPU serving runs), operators and operators_report (the
+chip rule per operator against Vidur's measured GPU operator times, and its report).
 """
 
 from __future__ import annotations

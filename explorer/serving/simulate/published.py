@@ -387,13 +387,15 @@ STORED = PUBLISHED.with_name("validation.json")
 
 
 def _fingerprint(path=None) -> dict:
-    """What a stored comparison depends on: the runs file and the what-if's defaults."""
+    """What a stored comparison depends on: the runs file, the chip machine's rule and the
+    what-if's defaults."""
     import hashlib
 
-    from explorer.serving.simulate.whatif import DEFAULTS
+    from explorer.serving.simulate.whatif import CHIP_RULE, DEFAULTS
 
     return {
         "runs_sha256": hashlib.sha256(Path(path or PUBLISHED).read_bytes()).hexdigest(),
+        "rule_sha256": hashlib.sha256(CHIP_RULE.encode()).hexdigest()[:16],
         "settings": dict(DEFAULTS),
         "fit_sources": list(FIT_SOURCES),
     }

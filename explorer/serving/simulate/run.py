@@ -8,6 +8,7 @@ from explorer.serving.metrics import summarise
 from explorer.serving.run import ServingResult, run_meta
 from explorer.serving.simulate.events import Simulator, to_records
 from explorer.serving.simulate.policy import SAFETY_MARGIN, Policy, SimRequest, policy_for
+from explorer.serving.simulate.replicas import check_replicas, deal, merge_iterations
 from explorer.serving.simulate.steptime import StepModel, one_at_a_time_rate
 from explorer.serving.steady import judge
 from explorer.serving.workload import Request, Workload
@@ -34,12 +35,17 @@ def simulate(
     goodput: dict | None = None,
     label: str | None = None,
     requests: list[Request] | None = None,
+    replicas: int = 1,
     **knobs,
 ) -> ServingResult:
     """Simulate `workload` on `engine` with iteration times from `step_model` (info: the model's
     ModelInfo, for the cost model's shape; requests: the workload's requests as the measured run
-    tokenized them, so both see the same prompt lengths). The result has the serving lab's records, iterations
-    and vLLM result keys; meta["modelled"] is True and meta["assumptions"] lists what it assumed."""
+    tokenized them, so both see the same prompt lengths). replicas: that many independent copies
+    of the engine behind a load balancer that deals the requests round-robin in arrival order
+    (explorer.serving.simulate.replicas). The result has the serving lab's records, iterations
+    and vLLM result keys; meta["modelled"] is True and meta["assumptions"] lists what it
+    assumed."""
+    check_replicas(replicas)
     policy = engine_policy(engine, knobs)
     if isinstance(workload, Workload):
         wl = workload
@@ -50,15 +56,15 @@ def simulate(
         raise ValueError("the workload has no requests")
     policy.check(requests)
     sim_reqs = [SimRequest(r.id, len(r.prompt_ids), r.max_tokens, r.arrival_s) for r in requests]
-    sim = Simulator(policy, shape_of(info), step_model, wl.max_concurrency if wl else None)
-    iterations = sim.run(sim_reqs)
+    iterations = _run_replicas(info, engine, knobs, step_model, sim_reqs, replicas, wl)
     records = to_records(sim_reqs)
     latency = getattr(step_model, "request_latency_s", 0.0)  # outside the engine (HTTP, tokenising)
     for rec in records:
         rec.sent_s = None if rec.sent_s is None else rec.sent_s - latency
     result = summarise(records, goodput)
-    knobs = policy.knobs.to_dict()
-    capacity = saturation_rate(info, step_model, engine, knobs, *mean_lengths(sim_reqs))
+    capacity = replicas * saturation_rate(
+        info, step_model, engine, policy.knobs.to_dict(), *mean_lengths(sim_reqs)
+    )
     offered = wl.request_rate if wl and wl.arrival != "burst" and not wl.max_concurrency else None
     result.update(judge(records, capacity, offered))
     meta = run_meta(None, "complete", label or f"{engine} (simulated)")
@@ -68,8 +74,10 @@ def simulate(
         dtype=step_model.key.get("dtype", info.dtype),
         modelled=True,
         step_model=step_model.to_dict(),
-        assumptions=simulation_assumptions(policy, step_model),
+        assumptions=simulation_assumptions(policy, step_model, replicas),
     )
+    if replicas > 1:
+        meta["replicas"] = replicas
     return ServingResult(
         engine={"engine": engine, **policy.knobs.to_dict(), "simulated": True},
         workload=wl.to_dict() if wl else {"num_prompts": len(requests)},
@@ -80,7 +88,16 @@ def simulate(
     )
 
 
-def simulation_assumptions(policy: Policy, step_model: StepModel) -> list[str]:
+def _run_replicas(info, engine, knobs, step_model, sim_reqs, replicas, wl) -> list:
+    """Each replica's share of the requests through its own engine; their iterations merged."""
+    runs = []
+    for part, concurrency in deal(sim_reqs, replicas, wl.max_concurrency if wl else None):
+        sim = Simulator(engine_policy(engine, knobs), shape_of(info), step_model, concurrency)
+        runs.append(sim.run(part))
+    return merge_iterations(runs)
+
+
+def simulation_assumptions(policy: Policy, step_model: StepModel, replicas: int = 1) -> list[str]:
     out = [
         "every request produces exactly max_tokens tokens (ignore_eos)",
         "tokens land when their iteration ends",
@@ -91,6 +108,11 @@ def simulation_assumptions(policy: Policy, step_model: StepModel) -> list[str]:
             out.append(policy.assumption)
     else:
         out.insert(0, f"iteration time: {step_model.rule}")
+    if replicas > 1:
+        out.append(
+            f"{replicas} independent replicas behind a load balancer that deals the requests "
+            "round-robin in arrival order (each its own engine, KV cache and GPUs)"
+        )
     return out + list(step_model.assumptions)
 
 

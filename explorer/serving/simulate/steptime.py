@@ -41,7 +41,8 @@ import numpy as np
 
 from explorer._stats import percentile
 from explorer.costs.calibrate import EffectiveRates, _nnls
-from explorer.costs.parts import Shape, forward_flops, shape_of
+from explorer.costs.parts import Shape, shape_of
+from explorer.serving.simulate.work import Work, iteration_work
 
 STEP_RULE = (
     "seconds = bytes / effective bandwidth + FLOPs / effective FLOP/s + per-iteration overhead "
@@ -61,27 +62,17 @@ PARAMS = (
 )
 
 
-def iteration_work(shape: Shape, passes: list[list[int]]) -> dict[str, float]:
-    """Modelled bytes and FLOPs of one iteration (see the module docstring)."""
-    past = sum(p for _, p in passes)
-    query = sum(q for q, _ in passes)
-    weights = shape.weight_bytes_read(query)  # a mixture of experts: the experts touched
-    kv = float(shape.kv_bytes_per_token * (past + query))  # read the past, write the query
-    flops = 0.0
-    for q, p in passes:
-        flops += sum(forward_flops(shape, 1, q, p + q, 1).values())
-    mixed = any(q > 1 for q, _ in passes)
-    return {
-        "bytes": weights + kv,
-        "flops": flops,
-        "requests": float(len(passes)),
-        "tokens": float(query),
-        "mask": float(query * (past + query)) if mixed else 0.0,
-        "gemm_bytes": weights if query > 1 else 0.0,
-    }
+@dataclass(frozen=True)
+class IterationTime:
+    """One iteration as a machine times it: its seconds, what limits it ("memory bandwidth",
+    "FLOPs" or "overheads": the largest of the machine's terms) and the work it read."""
+
+    seconds: float
+    limit: str
+    work: Work
 
 
-def _row(work: dict[str, float]) -> list[float]:
+def _row(work: Work) -> list[float]:
     return [
         work["bytes"],
         work["flops"],
@@ -117,9 +108,15 @@ class StepModel(EffectiveRates):
     assumptions: list[str] = field(default_factory=list)
 
     def seconds(self, shape: Shape, passes: list[list[int]]) -> float:
+        return self.step(shape, passes).seconds
+
+    def step(self, shape: Shape, passes: list[list[int]]) -> IterationTime:
+        """The iteration's seconds (STEP_RULE) and its largest term: the bytes and the weights'
+        kernel-switch terms are memory bandwidth, the FLOPs term FLOPs, the rest overheads."""
         w = iteration_work(shape, passes)
-        x = [getattr(self, p) for p in PARAMS]
-        return float(np.dot(_row(w), x))
+        terms = [a * getattr(self, p) for a, p in zip(_row(w), PARAMS)]
+        memory, flops = terms[0] + terms[6], terms[1]
+        return IterationTime(float(sum(terms)), largest(memory, flops, sum(terms[2:6])), w)
 
     def summary(self) -> str:
         gbps = f"{self.effective_gbps:.1f} GB/s" if self.effective_gbps else "bandwidth term 0"
@@ -144,6 +141,12 @@ class StepModel(EffectiveRates):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepModel:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def largest(memory: float, flops: float, overheads: float) -> str:
+    """The name of the largest of an iteration's memory, FLOP and overhead seconds."""
+    named = {"memory bandwidth": memory, "FLOPs": flops, "overheads": overheads}
+    return max(named, key=named.get)
 
 
 def _pct_errors(model: StepModel, shape: Shape, its: list[dict]) -> list[float]:
