@@ -178,7 +178,7 @@ def test_goodput_parsing():
     for bad, message in (
         ("latency:5", "unknown SLO"),
         ("ttft:fast", "needs a number"),
-        ("tpot:0", "must be > 0"),
+        ("tpot:0", "must be a finite number of ms > 0"),
     ):
         with pytest.raises(ValueError, match=message):
             parse_goodput([bad])
