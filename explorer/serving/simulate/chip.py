@@ -63,20 +63,26 @@ class ChipStepModel(StepModel):
 
     def step(self, shape: Shape, passes: list[list[int]]) -> IterationTime:
         w = self.work(shape, passes)
-        bandwidth = self.bandwidth_gbps * 1e9 * self.settings["bw_efficiency"] * self.tp
-        flop_s = self.tflops * 1e12 * self.settings["flop_efficiency"] * self.tp
         memory = compute = 0.0
         for nbytes, flops in (
             (w.weight_bytes, w.gemm_flops),
             (w.kv_bytes_decode, w.attn_flops_decode),
             (w.kv_bytes_prefill, w.attn_flops_prefill),
         ):
-            if nbytes / bandwidth >= flops / flop_s:
-                memory += nbytes / bandwidth
+            on_memory, on_compute = self.roof(nbytes, flops)
+            if on_memory >= on_compute:
+                memory += on_memory
             else:
-                compute += flops / flop_s
+                compute += on_compute
         overheads = self.iteration_s + self.request_s * len(passes) + self.allreduce_s(shape, w)
         return IterationTime(memory + compute + overheads, largest(memory, compute, overheads), w)
+
+    def roof(self, nbytes: float, flops: float) -> tuple[float, float]:
+        """(memory, compute) seconds of one group of work spread over the tp GPUs, at the
+        sustained bandwidth and FLOP/s (peak x efficiency): the group takes the larger."""
+        bandwidth = self.bandwidth_gbps * 1e9 * self.settings["bw_efficiency"] * self.tp
+        flop_s = self.tflops * 1e12 * self.settings["flop_efficiency"] * self.tp
+        return nbytes / bandwidth, flops / flop_s
 
     def allreduce_s(self, shape: Shape, work) -> float:
         if self.tp == 1:

@@ -289,12 +289,10 @@ def machine(chip: str, tp: int = 1):
 
 
 def chip_terms(m, nbytes: float, flops: float) -> tuple[float, float]:
-    """(memory, compute) seconds of `nbytes` and `flops` on one GPU of machine `m`, as
-    ChipStepModel.seconds sizes them (peak x efficiency); the rule's time is their max."""
-    s = m.settings
-    memory = nbytes / (m.bandwidth_gbps * 1e9 * s["bw_efficiency"])
-    compute = flops / (m.tflops * 1e12 * s["flop_efficiency"])
-    return memory, compute
+    """(memory, compute) seconds of `nbytes` and `flops` on one GPU of machine `m`: the what-if's
+    own ChipStepModel.roof (peak x efficiency) for the tp GPUs' share; the rule's time is their
+    max."""
+    return m.roof(nbytes * m.tp, flops * m.tp)
 
 
 def allreduce_seconds(m, nbytes: float) -> float:

@@ -89,8 +89,9 @@ def test_elementwise_operators_have_no_flops_and_are_absent_from_the_whatif():
 
 
 def test_chip_rule_is_the_whatifs_own():
-    """The terms summed over a whole iteration give ChipStepModel.seconds, and one all-reduce is
-    a 2-per-layer share of its allreduce_s (so a change to the what-if's rule shows up here)."""
+    """The terms of an iteration's three groups (the fused GEMM, decode and prefill attention),
+    each its larger term, give ChipStepModel.seconds, and one all-reduce is a 2-per-layer share of
+    its allreduce_s (so a change to the what-if's rule shows up here)."""
     from explorer.costs.parts import shape_of
     from explorer.model.loader import arch_info
     from explorer.serving.simulate.whatif import DEFAULTS, chip_model, chip_work
@@ -101,7 +102,9 @@ def test_chip_rule_is_the_whatifs_own():
     w = chip_work(shape, passes, model.weight_bytes, model.kv_bytes_per_token)
     m = ops.machine("H100 SXM", 2)
     assert m.settings == DEFAULTS
-    step = max(ops.chip_terms(m, w["bytes"] / 2, w["flops"] / 2))
+    groups = ((w.weight_bytes, w.gemm_flops), (w.kv_bytes_decode, w.attn_flops_decode),
+              (w.kv_bytes_prefill, w.attn_flops_prefill))  # fmt: skip
+    step = sum(max(ops.chip_terms(m, b / 2, f / 2)) for b, f in groups)
     one = ops.allreduce_seconds(m, w["tokens"] * shape.hidden * 2)
     assert step + 2 * shape.layers * one == pytest.approx(model.seconds(shape, passes))
 
