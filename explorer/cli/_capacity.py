@@ -27,6 +27,9 @@ WHY = (
 )
 
 
+MIN_CHECK = 500  # requests per seed below which a check run says little about a p99
+
+
 def check_capacity_flags(args) -> None:
     """ValueError naming the first flag --capacity would ignore, or a --num-prompts past its bound."""
     from explorer.serving.engines import knob_table, names
@@ -42,6 +45,12 @@ def check_capacity_flags(args) -> None:
                 f"--capacity does not use {flag}: the search runs the continuous engine with the "
                 "knobs the chip's memory plan sets; drop it"
             )
+    check = getattr(args, "check_prompts", None)
+    if check is not None and not MIN_CHECK <= check <= MAX_PROMPTS:
+        raise ValueError(
+            f"--check-prompts must be a whole number from {MIN_CHECK:,} to {MAX_PROMPTS:,} (a "
+            f"shorter run cannot tell a p99 at capacity from noise), got {check}"
+        )
     n = args.num_prompts
     if not isinstance(n, int) or not 1 <= n <= MAX_PROMPTS:
         raise ValueError(

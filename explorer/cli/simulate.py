@@ -18,7 +18,7 @@ import math
 
 from explorer._format import number, pct
 from explorer.cli._capacity import check_capacity_flags, check_capacity_lengths
-from explorer.cli.common import print_json
+from explorer.cli.common import print_json, whole
 from explorer.costs.kvdtype import KV_DTYPE_HELP, KV_DTYPES
 
 ORDER = 45
@@ -120,6 +120,13 @@ def _add_gpu_flags(p) -> None:
         default=1,
         help="independent copies behind a round-robin load balancer, each --tp GPUs",
     )
+    p.add_argument(
+        "--check-prompts",
+        type=whole(1),
+        default=None,
+        help="--capacity: requests per seed in the runs that accept a rate (default 8,000: long "
+        "enough for a p99 to settle near capacity; fewer answer sooner and less surely)",
+    )
 
 
 def _chips() -> list[str]:
@@ -135,6 +142,8 @@ def run(args) -> int:
         return _published(args)
     if args.capacity:
         return _capacity(args)
+    if args.check_prompts is not None:
+        raise ValueError("--check-prompts goes with --capacity")
     from explorer.cli.serving import check_unused_knob_flags, knobs_of, workload_of
     from explorer.serving import format_summary, parse_goodput
     from explorer.serving.simulate import simulate
@@ -227,6 +236,7 @@ def _capacity(args) -> int:
         output_len=args.output_len,
         slos=slos,
         num_prompts=max(args.num_prompts, 200),
+        **({"check_prompts": args.check_prompts} if args.check_prompts else {}),
         **_overrides(args),
         **_precision(args),
     )

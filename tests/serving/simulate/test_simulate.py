@@ -254,7 +254,8 @@ def test_cli_simulate_capacity_prints_the_answer_and_refuses_bad_input(capsys):
 
     flags = ["simulate", "--model", "arch:smollm2-135m", "--hardware", "l4", "--input-len", "256"]
     flags += ["--output-len", "16"]
-    rc = main([*flags, "--capacity", "--goodput", "ttft:200", "tpot:20", "--json"])
+    quick = ["--check-prompts", "1000"]  # the default 8,000 x 3 seeds: the CLI's real answer
+    rc = main([*flags, "--capacity", *quick, "--goodput", "ttft:200", "tpot:20", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("largest_rate", "output_throughput", "p99_ttft_ms", "p99_tpot_ms", "utilization"):
@@ -269,6 +270,11 @@ def test_cli_simulate_capacity_prints_the_answer_and_refuses_bad_input(capsys):
     assert main([*flags, "--request-rate", "0", "--json"]) != 0
     err = capsys.readouterr().err
     assert "rate must be > 0" in err and len(err.splitlines()) == 1
+    for bad, words in ((["--capacity", "--check-prompts", "10"], "from 500 to"),
+                       (["--check-prompts", "1000"], "goes with --capacity")):  # fmt: skip
+        assert main([*flags, *bad, "--goodput", "ttft:200", "--json"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.splitlines()) == 1, err
 
 
 def test_a_short_run_past_the_modelled_capacity_says_unstable():
