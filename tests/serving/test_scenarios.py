@@ -340,3 +340,17 @@ def test_the_cli_runs_a_scenario_at_the_small_scale(capsys):
     assert out["broken"]["num_prompts"] == out["fixed"]["num_prompts"] == small["num_prompts"]
     assert main(["scenario", "straggler", "--scale", "huge"]) == 2  # the choices: the presets
     assert "small" in capsys.readouterr().err
+
+
+def test_memory_wall_probes_from_a_fresh_server_whatever_this_process_did(target):
+    """In this long-lived pytest worker (the heap history that let batches past the budget when
+    the probes forked from here): the probes fork from a freshly spawned server instead."""
+    import numpy as np
+
+    junk = [np.ones(1 << 18) for _ in range(200)]  # ~400 MB allocated and freed: a used heap
+    del junk
+    res = scenarios.run("memory-wall", target, scale="small", memory_budget_gb=0.004)
+    ev = res.evidence
+    assert ev["failed_batch"] is not None, res.verdict
+    assert ev["fitted_batch"] == ev["failed_batch"] - 1
+    assert all(r.error for r in res.broken.records) and "memory" in ev["error"] and not res.partial

@@ -4,7 +4,9 @@ The cost model predicts the batch that fails: the continuous engine allocates it
 up front, num_blocks x page_size x kv_bytes_per_token bytes (plus two spare blocks it keeps), and
 a server sizes num_blocks to hold batch x context (the model counts the cache alone: what a pass
 needs besides is the gap the run shows). The run then finds the real failing batch, starting
-at the prediction and stepping away from it, then bisecting: each batch is served in a forked child process whose data segment is capped
+at the prediction and stepping away from it, then bisecting: each batch is served in a child
+forked from a freshly spawned probe server that holds the model (ProbeServer: the same clean heap
+whatever the caller did before), the child's data segment capped
 by resource.setrlimit(RLIMIT_DATA) at its size at the fork plus the budget (one torch thread,
 small thread stacks, and every allocation above 64 KiB in a fresh mapping in the child, so only
 the run spends the budget). A child that runs out gets
@@ -40,6 +42,7 @@ SIZES = {
 SMALL = {**SIZES, "budget_gb": 0.005}
 MIN_BUDGET_GB = 0.002  # below it a child's own allocations hit the cap before the cache does
 CHILD_TIMEOUT_S = 60.0
+SERVER_START_S = 120.0  # the spawned probe server's imports and model load, on a busy machine
 GIVE_UP = 4  # no failure up to this many times the predicted batch: the model is off
 
 
@@ -126,17 +129,15 @@ class MemoryWall(Scenario):
         predicted = predicted_failing_batch(budget, lm.info, s)
         ctx.notes.update(budget_bytes=budget, predicted_batch=predicted)
         probes: dict[int, ServingResult] = {}
-        # one request served here first: what the engine sets up once per process (lazy imports
-        # and caches) is then not spent in a child's budget; and the engine's cached manager,
-        # which holds that run's KV cache, freed here (a child that frees it gets its size back
-        # on top of the budget)
-        serve(lm, workload(1, s), "continuous", label="warm-up", **knobs_for(1, s))
-        lm.model.destroy_cached_continuous_batching_manager()
-        gc.collect()
+        server = ProbeServer.start(lm, s)  # a fresh process forks the probes (None: this one)
+        if server is None:
+            warm_up(lm, s)
 
         def probe(batch: int) -> bool:
             ctx.say(f"batch {batch} under a {budget / 1e6:.0f} MB budget (forked child)")
-            probes[batch] = serve_capped(lm, batch, budget, s)
+            probes[batch] = (
+                server.probe(batch, budget) if server else serve_capped(lm, batch, budget, s)
+            )
             return all(r.ok for r in probes[batch].records)
 
         try:
@@ -144,6 +145,9 @@ class MemoryWall(Scenario):
         except KeyboardInterrupt:
             ctx.notes["so_far"] = probes_so_far(probes)  # the probes done, kept, marked partial
             raise
+        finally:
+            if server:
+                server.close()
         ctx.notes.update(probes=sorted(probes), fitted_batch=lo or None)
         failed, fitted = probes.get(hi), probes.get(lo)
         if ctx.stopped():
@@ -195,6 +199,85 @@ def probes_so_far(probes: dict) -> tuple:
         if res is not None:
             res.meta["partial"] = True
     return out
+
+
+def warm_up(lm, s: dict) -> None:
+    """One request served first: what the engine sets up once per process (lazy imports and
+    caches) is then not spent in a child's budget; and the engine's cached manager, which holds
+    that run's KV cache, freed (a child that frees it gets its size back on top of the budget)."""
+    serve(lm, workload(1, s), "continuous", label="warm-up", **knobs_for(1, s))
+    lm.model.destroy_cached_continuous_batching_manager()
+    gc.collect()
+
+
+class ProbeServer:
+    """A freshly spawned process holding the model, from which each probe is forked: the probes
+    then see the same clean heap whatever this process did before (a notebook kernel that ran
+    other scenarios handed freed memory back to its children, on top of their budget)."""
+
+    def __init__(self, process, conn):
+        self.process, self.conn = process, conn
+
+    @classmethod
+    def start(cls, lm, s: dict) -> ProbeServer | None:
+        """The server for a model loadable by its name (bundled, arch:, hub, local; plain
+        weights), else None (the probes fork from this process)."""
+        from explorer.model.loader import available_models
+
+        name = lm.info.name
+        if lm.info.weights not in ("fp32", "bf16", "fp16") or not (
+            name in available_models() or lm.info.source in ("hub", "local")
+        ):
+            return None
+        ctx = multiprocessing.get_context("spawn")
+        conn, child_conn = ctx.Pipe()
+        process = ctx.Process(
+            target=_probe_server, args=(child_conn, name, lm.info.dtype, s), daemon=False
+        )  # not a daemon: it forks the probes (it ends when this process closes the pipe)
+        process.start()
+        child_conn.close()
+        return cls(process, conn)
+
+    def probe(self, batch: int, budget: float) -> ServingResult:
+        self.conn.send((batch, budget))
+        if not self.conn.poll(CHILD_TIMEOUT_S + SERVER_START_S):
+            raise RuntimeError(f"the memory-wall probe server gave no answer for batch {batch}")
+        kind, got = self.conn.recv()
+        if kind == "error":
+            raise RuntimeError(f"the memory-wall probe server failed: {got}")
+        return ServingResult.from_dict(got)
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+def _probe_server(conn, name: str, dtype: str, s: dict) -> None:
+    """In the spawned server: load the model, warm up, then fork one capped child per probe."""
+    import signal
+
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this process
+    torch.set_num_threads(1)
+    try:
+        from explorer.model.loader import load
+
+        lm = load(name, device="cpu", dtype=dtype)
+        warm_up(lm, s)
+        while (msg := conn.recv()) is not None:
+            batch, budget = msg
+            conn.send(("ok", serve_capped(lm, batch, budget, s).to_dict()))
+    except (EOFError, KeyboardInterrupt):
+        return
+    except Exception as err:  # noqa: BLE001 - said to the parent in one line
+        conn.send(("error", f"{type(err).__name__}: {err}".splitlines()[0][:300]))
 
 
 def serve_capped(lm, batch: int, budget: float, s: dict = SIZES) -> ServingResult:
