@@ -28,9 +28,7 @@ MAX_FUNCTION_LINES = 60
 # Over the fences today, each with its size now: an entry may only shrink. A new module or function
 # over a fence fails, so does one of these growing, and so does an entry left here once its module
 # or function is back inside the fence (delete the line: the fence then holds it).
-KNOWN_LONG_MODULES = {
-    "explorer/engine/speculative.py": 657,
-}
+KNOWN_LONG_MODULES: dict[str, int] = {}
 KNOWN_LONG_FUNCTIONS = {
     "explorer/app/tabs/capacity.py:CapacityTab.__init__": 79,
     "explorer/app/tabs/why.py:WhyTab.__init__": 61,
