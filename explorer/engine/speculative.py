@@ -75,6 +75,26 @@ from explorer.engine.trace import Step, Trace
 from explorer.model.loader import LoadedModel
 from explorer.model.passes import copy_cache, crop_cache, kv_cache_bytes
 
+
+def _checked_settings(
+    k: int, k_max: int | None, sampling: Sampling | None, top_n: int, max_new_tokens: int | None
+) -> tuple[int, Sampling]:
+    """Validate a SpeculativeSession's settings (ValueError with one clear line); returns k_max
+    (default 2k) and the sampling (default Sampling())."""
+    check_k(k)
+    k_max = check_k(2 * k if k_max is None else k_max, "k_max")
+    if k_max < k:
+        raise ValueError(f"k_max ({k_max}) must be >= k ({k})")
+    sampling = Sampling() if sampling is None else sampling
+    if not isinstance(sampling, Sampling):
+        raise ValueError(f"sampling must be an explorer.Sampling, got {type(sampling).__name__}")
+    sampling.validate()
+    check_int("top_n", top_n, 1)
+    if max_new_tokens is not None:
+        check_int("max_new_tokens", max_new_tokens, 1)
+    return k_max, sampling
+
+
 # --- the session ---------------------------------------------------------------------------------
 
 
@@ -110,19 +130,7 @@ class SpeculativeSession(AcceptanceRule):
         self.lookup = draft if isinstance(draft, PromptLookup) else None
         if self.lookup is None:
             check_pair(target, draft)
-        check_k(k)
-        k_max = check_k(2 * k if k_max is None else k_max, "k_max")
-        if k_max < k:
-            raise ValueError(f"k_max ({k_max}) must be >= k ({k})")
-        sampling = Sampling() if sampling is None else sampling
-        if not isinstance(sampling, Sampling):
-            raise ValueError(
-                f"sampling must be an explorer.Sampling, got {type(sampling).__name__}"
-            )
-        sampling.validate()
-        check_int("top_n", top_n, 1)
-        if max_new_tokens is not None:
-            check_int("max_new_tokens", max_new_tokens, 1)
+        k_max, sampling = _checked_settings(k, k_max, sampling, top_n, max_new_tokens)
         self.target, self.draft = target, draft
         self.prompt_ids = encode(target, prompt)
         self.sampling, self.k, self.k_max, self.adaptive = sampling, k, k_max, bool(adaptive)
