@@ -47,7 +47,6 @@ KNOWN_LONG_FUNCTIONS = {
     "explorer/sweeps/ladder.py:run": 65,
     "explorer/sweeps/ladder.py:_Ladder._session_rung": 75,
     "explorer/sweeps/pays/serving.py:setup_continuous": 63,
-    "explorer/sweeps/serving.py:run": 78,
     "scripts/bench_browser.py:main": 78,
     "scripts/bench_load.py:session": 66,
 }
