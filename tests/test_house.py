@@ -38,7 +38,6 @@ KNOWN_LONG_FUNCTIONS = {
     "explorer/cli/generate.py:_cmd_speculate": 63,
     "explorer/cli/simulate.py:add_simulate": 80,
     "explorer/costs/trust.py:trust": 67,
-    "explorer/engine/sampling.py:step_statistics": 68,
     "explorer/plots/distribution.py:distribution_traces": 63,
     "explorer/plots/inside.py:lens_figure": 64,
     "explorer/plots/serving.py:gantt_figure": 67,
