@@ -37,7 +37,6 @@ KNOWN_LONG_FUNCTIONS = {
     "explorer/bench/speculative.py:lookup_benchmark": 67,
     "explorer/cli/generate.py:_cmd_speculate": 63,
     "explorer/cli/simulate.py:add_simulate": 80,
-    "explorer/costs/trust.py:trust": 67,
     "explorer/plots/distribution.py:distribution_traces": 63,
     "explorer/plots/inside.py:lens_figure": 64,
     "explorer/plots/serving.py:gantt_figure": 67,
