@@ -39,7 +39,6 @@ KNOWN_LONG_FUNCTIONS = {
     "explorer/cli/simulate.py:add_simulate": 80,
     "explorer/plots/distribution.py:distribution_traces": 63,
     "explorer/plots/inside.py:lens_figure": 64,
-    "explorer/plots/serving.py:gantt_figure": 67,
     "explorer/sweeps/pays/serving.py:setup_continuous": 63,
     "scripts/bench_browser.py:main": 78,
     "scripts/bench_load.py:session": 66,
