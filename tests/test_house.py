@@ -35,7 +35,6 @@ KNOWN_LONG_FUNCTIONS = {
     "explorer/app/voila/kernel_pool.py:kernel_manager_class": 70,
     "explorer/bench/overhead.py:overhead_benchmark": 66,
     "explorer/bench/speculative.py:lookup_benchmark": 67,
-    "explorer/cli/generate.py:_cmd_speculate": 63,
     "explorer/cli/simulate.py:add_simulate": 80,
     "explorer/plots/distribution.py:distribution_traces": 63,
     "explorer/plots/inside.py:lens_figure": 64,
