@@ -31,7 +31,6 @@ MAX_FUNCTION_LINES = 60
 KNOWN_LONG_MODULES: dict[str, int] = {}
 KNOWN_LONG_FUNCTIONS = {
     "explorer/app/tabs/capacity.py:CapacityTab.__init__": 79,
-    "explorer/app/tabs/why.py:WhyTab.__init__": 61,
     "explorer/app/voila/kernel_pool.py:kernel_manager_class": 70,
     "explorer/bench/overhead.py:overhead_benchmark": 66,
     "explorer/bench/speculative.py:lookup_benchmark": 67,
