@@ -35,7 +35,6 @@ KNOWN_LONG_FUNCTIONS = {
     "explorer/bench/overhead.py:overhead_benchmark": 66,
     "explorer/bench/speculative.py:lookup_benchmark": 67,
     "explorer/cli/simulate.py:add_simulate": 80,
-    "explorer/sweeps/pays/serving.py:setup_continuous": 63,
     "scripts/bench_browser.py:main": 78,
     "scripts/bench_load.py:session": 66,
 }
