@@ -32,7 +32,6 @@ KNOWN_LONG_MODULES: dict[str, int] = {}
 KNOWN_LONG_FUNCTIONS = {
     "explorer/app/tabs/capacity.py:CapacityTab.__init__": 79,
     "explorer/cli/simulate.py:add_simulate": 80,
-    "scripts/bench_browser.py:main": 78,
 }
 
 
