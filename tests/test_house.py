@@ -31,7 +31,6 @@ MAX_FUNCTION_LINES = 60
 KNOWN_LONG_MODULES: dict[str, int] = {}
 KNOWN_LONG_FUNCTIONS = {
     "explorer/app/tabs/capacity.py:CapacityTab.__init__": 79,
-    "explorer/cli/simulate.py:add_simulate": 80,
 }
 
 
