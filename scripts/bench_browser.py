@@ -178,23 +178,7 @@ def long_run(page, model: str | None, steps: int, clicks: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--clicks", type=int, default=20)
-    ap.add_argument("--loads", type=int, default=3, help="pages opened for the time to interactive")
-    ap.add_argument("--play-s", type=float, default=5.0)
-    ap.add_argument(
-        "--target-steps",
-        type=int,
-        default=300,
-        help="long run with the bundled target (its 512 positions must hold prompt, Play's overshoot and the clicks)",
-    )
-    ap.add_argument("--long-model", default="arch:smollm2-135m")
-    ap.add_argument("--long-steps", type=int, default=1000)
-    ap.add_argument("--skip-long-model", action="store_true")
-    ap.add_argument("--json", default=None, help="also write the results here")
-    args = ap.parse_args(argv)
+    args = _parser().parse_args(argv)
     reason = bs.browser_unavailable()
     if reason:
         print(f"bench_browser: {reason}", file=sys.stderr)
@@ -211,14 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             browser = bs.launch_chromium(pw)
             ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
             bs.answer_offline(ctx, server.url)
-            tti, page = [], None
-            for _ in range(args.loads):
-                server.wait_pool()  # a preheated kernel is ready and quiet before each navigation
-                if page is not None:
-                    page.close()
-                page, seconds = bs.open_dashboard(ctx, server.url)
-                tti.append(seconds)
-                print(f"time to interactive: {seconds:.2f} s", flush=True)
+            tti, page = _time_to_interactive(server, ctx, args.loads)
             out["time_to_interactive_s"] = summary(tti)
             server.wait_pool()  # the refill kernel has started up: it no longer competes for the CPU
             # Run past <|endoftext|>, so Play and the long runs measure steps, not stops.
@@ -255,6 +232,40 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(text)
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--clicks", type=int, default=20)
+    ap.add_argument("--loads", type=int, default=3, help="pages opened for the time to interactive")
+    ap.add_argument("--play-s", type=float, default=5.0)
+    ap.add_argument(
+        "--target-steps",
+        type=int,
+        default=300,
+        help="long run with the bundled target (its 512 positions must hold prompt, Play's overshoot and the clicks)",
+    )
+    ap.add_argument("--long-model", default="arch:smollm2-135m")
+    ap.add_argument("--long-steps", type=int, default=1000)
+    ap.add_argument("--skip-long-model", action="store_true")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    return ap
+
+
+def _time_to_interactive(server, ctx, loads: int):
+    """Open the dashboard `loads` times (a preheated kernel ready and quiet before each); returns
+    the seconds to interactive of each and the last page, left open."""
+    tti, page = [], None
+    for _ in range(loads):
+        server.wait_pool()  # a preheated kernel is ready and quiet before each navigation
+        if page is not None:
+            page.close()
+        page, seconds = bs.open_dashboard(ctx, server.url)
+        tti.append(seconds)
+        print(f"time to interactive: {seconds:.2f} s", flush=True)
+    return tti, page
 
 
 if __name__ == "__main__":

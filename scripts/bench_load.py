@@ -82,21 +82,7 @@ async def session(
 ) -> dict:
     out = {"session": index, "latencies_ms": [], "failures": [], "tti_s": None}
     await asyncio.sleep(delay_s)
-    ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
-
-    async def route(r):
-        if r.request.url.startswith(url.rstrip("/")) or r.request.url.startswith(
-            ("data:", "blob:")
-        ):
-            await r.continue_()
-        else:
-            await r.fulfill(status=200, body="", content_type="text/css")
-
-    await ctx.route("**/*", route)
-    page = await ctx.new_page()
-    out["console_errors"] = []
-    page.on("console", lambda m: m.type == "error" and out["console_errors"].append(m.text[:300]))
-    page.on("pageerror", lambda e: out["console_errors"].append(f"page error: {str(e)[:300]}"))
+    ctx, page = await _open_page(browser, url, out)
 
     async def fail(text: str, shot: str) -> None:
         """Record a failure; say it, with the page's last console errors; screenshot the page (--shots)."""
@@ -143,6 +129,27 @@ async def session(
         await fail(f"{type(err).__name__}: {str(err)[:300]}", "failed")
     out["page"], out["context"] = page, ctx
     return out
+
+
+async def _open_page(browser, url: str, out: dict):
+    """A new browser context and page that loads only the app's own assets (anything else gets an
+    empty stylesheet) and records the page's console errors in out["console_errors"]."""
+    ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+
+    async def route(r):
+        if r.request.url.startswith(url.rstrip("/")) or r.request.url.startswith(
+            ("data:", "blob:")
+        ):
+            await r.continue_()
+        else:
+            await r.fulfill(status=200, body="", content_type="text/css")
+
+    await ctx.route("**/*", route)
+    page = await ctx.new_page()
+    out["console_errors"] = []
+    page.on("console", lambda m: m.type == "error" and out["console_errors"].append(m.text[:300]))
+    page.on("pageerror", lambda e: out["console_errors"].append(f"page error: {str(e)[:300]}"))
+    return ctx, page
 
 
 async def run_sessions(

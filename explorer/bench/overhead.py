@@ -36,15 +36,7 @@ def overhead_benchmark(
     check_int("repeats", repeats, 1)
     dev = lm.device
     run_generate = _generate_run(lm, prompt_ids, new_tokens)
-
-    def run_session() -> Session:
-        s = Session(
-            lm, list(prompt_ids), Sampling(greedy=True),
-            top_n=top_n, max_new_tokens=new_tokens, stop_at_eos=False,
-        )  # fmt: skip
-        s.run()
-        return s
-
+    run_session = _session_run(lm, prompt_ids, new_tokens, top_n)
     gen_out, session = (run_generate(), run_session()) if warmup else (None, None)
     arms = {"generate": run_generate, "session": run_session}
     kw = dict(warmup=warmup - 1, quantile=quantile, keep=True, clocks=clocks)
@@ -84,6 +76,20 @@ def _cpu_ratio(s, g) -> float | None:
     stretches the wall time, much less the CPU time a run needs (None without CPU times)."""
     cs, cg = s.usage.cpu_s, g.usage.cpu_s
     return cs / cg if cs and cg else None
+
+
+def _session_run(lm, prompt_ids: list[int], new_tokens: int, top_n: int):
+    """One arm: a fully recording greedy Session making exactly `new_tokens` tokens."""
+
+    def run_session() -> Session:
+        s = Session(
+            lm, list(prompt_ids), Sampling(greedy=True),
+            top_n=top_n, max_new_tokens=new_tokens, stop_at_eos=False,
+        )  # fmt: skip
+        s.run()
+        return s
+
+    return run_session
 
 
 def recording_share(m) -> float | None:

@@ -137,21 +137,7 @@ def lookup_benchmark(
     draft, greedy = PromptLookup(ngram), Sampling(greedy=True)
     rows = []
     for name, prompt in prompts.items():
-
-        def plain(prompt=prompt):
-            s = Session(lm, prompt, greedy, max_new_tokens=new_tokens, stop_at_eos=False)
-            s.run()
-            return s
-
-        def lookup(prompt=prompt):
-            s = SpeculativeSession(
-                lm, draft, prompt, greedy, k=k, max_new_tokens=new_tokens, stop_at_eos=False,
-                record_steps=False,
-            )  # fmt: skip
-            while not s.done:
-                s.step()
-            return s
-
+        plain, lookup = _lookup_arms(lm, prompt, draft, greedy, k, new_tokens)
         base, spec = plain(), lookup()  # warm-up, and the outputs compared
         times = alternate({"plain": plain, "lookup": lookup}, repeats, lm.device)
         st = round_stats(spec.rounds)
@@ -179,6 +165,27 @@ def lookup_benchmark(
             }
         )
     return rows
+
+
+def _lookup_arms(lm, prompt, draft: PromptLookup, greedy: Sampling, k: int, new_tokens: int):
+    """The two arms on one prompt: plain greedy decoding and prompt-lookup decoding, each making
+    exactly `new_tokens` tokens (EOS ignored); each call returns its finished session."""
+
+    def plain():
+        s = Session(lm, prompt, greedy, max_new_tokens=new_tokens, stop_at_eos=False)
+        s.run()
+        return s
+
+    def lookup():
+        s = SpeculativeSession(
+            lm, draft, prompt, greedy, k=k, max_new_tokens=new_tokens, stop_at_eos=False,
+            record_steps=False,
+        )  # fmt: skip
+        while not s.done:
+            s.step()
+        return s
+
+    return plain, lookup
 
 
 def _prefill_s(r: Round) -> float:

@@ -153,19 +153,7 @@ def _cmd_speculate(args) -> int:
     )
     if args.json:
         session.run(args.max_new_tokens)
-        print_json(
-            {
-                "target": target.info.name,
-                "draft": draft.info.name,
-                "prompt_ids": session.prompt_ids,
-                "settings": session.trace.settings | {"draft_model": draft.info.name},
-                "tokens": session.tokens,
-                "text": session.text,
-                "stop_reason": session.stop_reason,
-                "stats": session.stats(),
-                "rounds": [r.to_dict() for r in session.rounds],
-            }
-        )
+        print_json(_speculate_record(session, target, draft))
         return 0
     print(
         f"target {target.info.name}, draft {draft.info.name} on {target.device} ({target.info.dtype}); "
@@ -173,6 +161,27 @@ def _cmd_speculate(args) -> int:
     )
     print("a draft token is kept with probability min(1, p/q); + kept, x rejected, . not tested")
     print(f"{'round':>5} {'k':>2}  {'drafts':<44} {'emitted':<28} {'draft ms':>8} {'verify ms':>9}")
+    _print_rounds(session)
+    return 0
+
+
+def _speculate_record(session, target, draft) -> dict:
+    """`explorer speculate --json`: the models, the settings, the tokens, the stats, every round."""
+    return {
+        "target": target.info.name,
+        "draft": draft.info.name,
+        "prompt_ids": session.prompt_ids,
+        "settings": session.trace.settings | {"draft_model": draft.info.name},
+        "tokens": session.tokens,
+        "text": session.text,
+        "stop_reason": session.stop_reason,
+        "stats": session.stats(),
+        "rounds": [r.to_dict() for r in session.rounds],
+    }
+
+
+def _print_rounds(session) -> None:
+    """Run the session round by round, one printed line each, then its stop, alpha and text."""
     for r in session:
         marks = {True: "+", False: "x", None: "."}
         drafts = " ".join(f"{marks[d['accepted']]}{d['text']!r}" for d in r.drafts)
@@ -193,4 +202,3 @@ def _cmd_speculate(args) -> int:
             f"{st['accepted_histogram']}"
         )
     print(f"text: {session.text!r}")
-    return 0

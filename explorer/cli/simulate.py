@@ -77,6 +77,15 @@ def add_simulate(sub, name: str) -> None:
     p.add_argument(
         "--iteration-overhead-ms", type=float, default=None, help="--hardware: per iteration"
     )
+    _add_check_flags(p)
+    p.add_argument("--refit", action="store_true", help="refit the step model (ignore the cache)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _add_check_flags(p) -> None:
+    """The flags that check the model against measurements: a measured result, held-out workloads
+    measured here, published GPU runs (and refitting on them)."""
     p.add_argument(
         "--measured",
         default=None,
@@ -106,9 +115,6 @@ def add_simulate(sub, name: str) -> None:
         "`explorer simulate --hardware` and the Capacity tab show beside every answer",
     )
     p.add_argument("--models", default=VALIDATE_MODELS, help="--validate: models (comma-separated)")
-    p.add_argument("--refit", action="store_true", help="refit the step model (ignore the cache)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run)
 
 
 def _add_gpu_flags(p) -> None:

@@ -1,5 +1,6 @@
-"""Why a step takes its time: bytes and FLOPs by named part (parts), the machine's peaks (hardware), timing
-(one helper: measure / alternate) and noise (one estimator, the interference measured).
+"""Why a step takes its time: bytes and FLOPs by named part (parts) over the model's
+shape (shape), the machine's peaks (hardware), timing (one helper: measure / alternate) and noise
+(one estimator, the interference measured).
 
 from explorer import costs
 costs.forward_cost(info, batch=1, tokens_fed=1, context_len=128)   # modelled, by part

@@ -56,41 +56,7 @@ def trust(
     """The trust table (module doc). trace: a Trace whose steps carry bound_s and latency_s;
     calibration: defaults to trace.calibration; speculative: explorer.bench.speculative.benchmark
     rows; batch: a batch sweep frame (its attrs carry both knees)."""
-    rows: list[dict | None] = []
-    if trace is not None:
-        steps = [s for s in trace.steps if s.latency_s and s.bound_s]
-        groups: dict[str, list] = {}
-        for s in steps:
-            groups.setdefault(f"{s.phase} / {s.regime or '?'}", []).append(s)
-        for group, mine in sorted(groups.items()):
-            rows.append(
-                _row(
-                    "step latency = roofline bound",
-                    group,
-                    [(s.bound_s, s.latency_s) for s in mine],
-                    "s",
-                    BOUND_BASIS,
-                )
-            )
-        cal = calibration if calibration is not None else getattr(trace, "calibration", None)
-        if isinstance(cal, dict):
-            cal = Calibration.from_dict(cal)
-        layers = _layers(trace)
-        if cal is not None and layers:
-            for group, mine in sorted(groups.items()):
-                pairs = [
-                    (
-                        cal.predict(bytes=bound_bytes(s.bytes), flops=s.flops, layers=layers),
-                        s.latency_s,
-                    )
-                    for s in mine
-                    if s.bytes and s.flops
-                ]
-                rows.append(
-                    _row(
-                        "step latency, calibrated", group, pairs, "s", "fitted: " + CALIBRATION_RULE
-                    )
-                )
+    rows: list[dict | None] = [] if trace is None else _step_rows(trace, calibration)
     for r in speculative or []:
         rows.append(
             _row(
@@ -113,3 +79,41 @@ def trust(
             )
         )
     return [r for r in rows if r is not None]
+
+
+def _step_rows(trace, calibration) -> list[dict | None]:
+    """The trace's rows: per phase / regime, the step latencies against the roofline bound, then
+    (with a calibration and the layer count) against the calibrated prediction."""
+    rows: list[dict | None] = []
+    steps = [s for s in trace.steps if s.latency_s and s.bound_s]
+    groups: dict[str, list] = {}
+    for s in steps:
+        groups.setdefault(f"{s.phase} / {s.regime or '?'}", []).append(s)
+    for group, mine in sorted(groups.items()):
+        rows.append(
+            _row(
+                "step latency = roofline bound",
+                group,
+                [(s.bound_s, s.latency_s) for s in mine],
+                "s",
+                BOUND_BASIS,
+            )
+        )
+    cal = calibration if calibration is not None else getattr(trace, "calibration", None)
+    if isinstance(cal, dict):
+        cal = Calibration.from_dict(cal)
+    layers = _layers(trace)
+    if cal is not None and layers:
+        for group, mine in sorted(groups.items()):
+            pairs = [
+                (
+                    cal.predict(bytes=bound_bytes(s.bytes), flops=s.flops, layers=layers),
+                    s.latency_s,
+                )
+                for s in mine
+                if s.bytes and s.flops
+            ]
+            rows.append(
+                _row("step latency, calibrated", group, pairs, "s", "fitted: " + CALIBRATION_RULE)
+            )
+    return rows

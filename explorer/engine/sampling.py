@@ -234,24 +234,7 @@ def step_statistics(
         else uniq[0][row : row + 1].float()
     )  # [U, V]
     u, n = x.shape[0], top_n
-    logp = x.log_softmax(dim=-1)  # [U, V]
-    p = logp.exp()
-    kept = x > NEG_INF  # [U, V] tokens a stage kept (filtered tokens are -inf)
-    above = x > x[:, token : token + 1]  # [U, V] tokens ranked above the token
-    top_ids = torch.topk(x[0], n).indices  # [n]
-    parts = [
-        (p * logp).nansum(-1),  # [U] minus the entropy; 0 * -inf terms are dropped
-        kept.sum(-1),  # [U] tokens kept
-        # [U*U] mass of distribution i on the tokens kept in j (i == j: all of it, p is 0 where x is -inf)
-        (p.unsqueeze(1) * kept.unsqueeze(0)).sum(-1).flatten() if u > 1 else p.sum(-1),
-        p[:, token],  # [U] probability of the token
-        above.sum(-1),  # [U] its rank
-        top_ids,
-        p[:, top_ids].flatten(),  # [n] (exact in float32 below 2**24), [U*n]
-    ]
-    if cdf_lo:
-        parts.append((p * above).sum(-1))  # [U] mass ranked above it
-    numbers = torch.cat([t.to(p.dtype) for t in parts]).tolist()
+    numbers = _stat_numbers(x, token, n, cdf_lo)
     negent, kept_n, mass = numbers[:u], numbers[u : 2 * u], numbers[2 * u : 2 * u + u * u]
     base = 2 * u + u * u
     prob, rank = numbers[base : base + u], numbers[base + u : base + 2 * u]
@@ -276,6 +259,30 @@ def step_statistics(
         "stages": summary,
         "top": [(int(i), tops[j], tops[f * n + j]) for j, i in enumerate(ids)],
     }
+
+
+def _stat_numbers(x: torch.Tensor, token: int, n: int, cdf_lo: bool) -> list[float]:
+    """step_statistics' device phase: every figure of the U distinct stages x [U, V], computed in
+    one batch and copied to the host in one .tolist() (the order step_statistics unpacks)."""
+    u = x.shape[0]
+    logp = x.log_softmax(dim=-1)  # [U, V]
+    p = logp.exp()
+    kept = x > NEG_INF  # [U, V] tokens a stage kept (filtered tokens are -inf)
+    above = x > x[:, token : token + 1]  # [U, V] tokens ranked above the token
+    top_ids = torch.topk(x[0], n).indices  # [n]
+    parts = [
+        (p * logp).nansum(-1),  # [U] minus the entropy; 0 * -inf terms are dropped
+        kept.sum(-1),  # [U] tokens kept
+        # [U*U] mass of distribution i on the tokens kept in j (i == j: all of it, p is 0 where x is -inf)
+        (p.unsqueeze(1) * kept.unsqueeze(0)).sum(-1).flatten() if u > 1 else p.sum(-1),
+        p[:, token],  # [U] probability of the token
+        above.sum(-1),  # [U] its rank
+        top_ids,
+        p[:, top_ids].flatten(),  # [n] (exact in float32 below 2**24), [U*n]
+    ]
+    if cdf_lo:
+        parts.append((p * above).sum(-1))  # [U] mass ranked above it
+    return torch.cat([t.to(p.dtype) for t in parts]).tolist()
 
 
 def _index_by_identity(uniq: list[torch.Tensor], t: torch.Tensor) -> int:

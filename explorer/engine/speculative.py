@@ -25,6 +25,8 @@ none (the round is then a plain target step). Its q is one-hot at each proposed 
 min(1, p(x)) and the residual is p with x removed: the same lossless rule, with no draft pass at
 all. Each Round's `lookup` says where the proposal came from ({"n", "from", "to"}: positions).
 
+The acceptance rule (accept, resample, bonus) is its own room, explorer.engine.acceptance.
+
 Statistics: per-token acceptance rate alpha and the accepted-length histogram (explorer.engine.rounds);
 the expected speedup they predict is modelled in explorer.costs.speculation (Leviathan et al., eq. 1).
 """
@@ -35,12 +37,20 @@ import copy
 import dataclasses
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
+from explorer.engine.acceptance import (  # noqa: F401  (final_probs, RESIDUAL_EPS re-exported)
+    RESIDUAL_EPS,
+    AcceptanceRule,
+    Proposal,
+    Scored,
+    draw_record,
+    final_probs,
+)
 from explorer.engine.drafts import (
     PromptLookup,
     check_k,
@@ -55,11 +65,8 @@ from explorer.engine.prompt import (  # the engine's prompt rules
 )
 from explorer.engine.rounds import RandomDraws, Round, pass_record, round_stats, timed_forward
 from explorer.engine.sampling import (
-    Draw,
     Sampling,
-    choose_token,
     entropy,
-    process,
     stage_summary,
 )
 from explorer.engine.session import SessionDone
@@ -68,52 +75,30 @@ from explorer.engine.trace import Step, Trace
 from explorer.model.loader import LoadedModel
 from explorer.model.passes import copy_cache, crop_cache, kv_cache_bytes
 
-RESIDUAL_EPS = 1e-12  # residual mass below this counts as empty (p == q): fall back to p
 
-
-# --- small helpers -------------------------------------------------------------------------------
-
-
-def final_probs(logits: torch.Tensor, context: list[int], s: Sampling) -> tuple[torch.Tensor, list]:
-    """The sampling chain on one position: logits [1, V] -> (final probs [V], stages)."""
-    ctx = torch.tensor([context], dtype=torch.long, device=logits.device)  # [1, T]
-    stages = process(logits, ctx, s)
-    return stages[-1][1].softmax(dim=-1)[0], stages
-
-
-def _draw_dict(d: Draw, greedy: bool, of: str) -> dict:
-    return {"u": d.u[0], "cdf_lo": d.cdf_lo[0], "cdf_hi": d.cdf_hi[0], "greedy": greedy, "of": of}
-
-
-def _logits_of(probs: torch.Tensor) -> torch.Tensor:
-    """Log-probabilities [1, V] of a probability vector [V] (zeros become -inf)."""
-    return torch.where(probs > 0, probs.log(), torch.full_like(probs, float("-inf"))).unsqueeze(0)
+def _checked_settings(
+    k: int, k_max: int | None, sampling: Sampling | None, top_n: int, max_new_tokens: int | None
+) -> tuple[int, Sampling]:
+    """Validate a SpeculativeSession's settings (ValueError with one clear line); returns k_max
+    (default 2k) and the sampling (default Sampling())."""
+    check_k(k)
+    k_max = check_k(2 * k if k_max is None else k_max, "k_max")
+    if k_max < k:
+        raise ValueError(f"k_max ({k_max}) must be >= k ({k})")
+    sampling = Sampling() if sampling is None else sampling
+    if not isinstance(sampling, Sampling):
+        raise ValueError(f"sampling must be an explorer.Sampling, got {type(sampling).__name__}")
+    sampling.validate()
+    check_int("top_n", top_n, 1)
+    if max_new_tokens is not None:
+        check_int("max_new_tokens", max_new_tokens, 1)
+    return k_max, sampling
 
 
 # --- the session ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _Scored:
-    """The target's view of one verified position."""
-
-    raw: torch.Tensor  # [1, V] raw logits
-    stages: list  # process() output
-    p: torch.Tensor  # [V] final probabilities
-
-
-@dataclass
-class _Proposal:
-    tokens: list[int] = field(default_factory=list)
-    q: list[torch.Tensor] = field(
-        default_factory=list
-    )  # [V] final draft probabilities per position
-    draws: list[dict] = field(default_factory=list)
-    passes: list[dict] = field(default_factory=list)
-    lookup: dict | None = None  # prompt lookup: where the proposal was copied from
-
-
-class SpeculativeSession:
+class SpeculativeSession(AcceptanceRule):
     """Speculative decoding step by step: each step() is one round (see the module docstring).
 
     SpeculativeSession(target, draft, prompt, sampling=Sampling(), *, k=4, top_n=20, max_new_tokens=None,
@@ -145,19 +130,7 @@ class SpeculativeSession:
         self.lookup = draft if isinstance(draft, PromptLookup) else None
         if self.lookup is None:
             check_pair(target, draft)
-        check_k(k)
-        k_max = check_k(2 * k if k_max is None else k_max, "k_max")
-        if k_max < k:
-            raise ValueError(f"k_max ({k_max}) must be >= k ({k})")
-        sampling = Sampling() if sampling is None else sampling
-        if not isinstance(sampling, Sampling):
-            raise ValueError(
-                f"sampling must be an explorer.Sampling, got {type(sampling).__name__}"
-            )
-        sampling.validate()
-        check_int("top_n", top_n, 1)
-        if max_new_tokens is not None:
-            check_int("max_new_tokens", max_new_tokens, 1)
+        k_max, sampling = _checked_settings(k, k_max, sampling, top_n, max_new_tokens)
         self.target, self.draft = target, draft
         self.prompt_ids = encode(target, prompt)
         self.sampling, self.k, self.k_max, self.adaptive = sampling, k, k_max, bool(adaptive)
@@ -369,12 +342,12 @@ class SpeculativeSession:
             k = min(k, self.max_new_tokens - len(self.tokens) - 1)
         return max(k, 0)
 
-    def _propose(self, k: int) -> _Proposal:
+    def _propose(self, k: int) -> Proposal:
         """k draft passes: each feeds the ids the draft cache lacks and draws x_i from q_i. Prompt
         lookup: up to k ids copied from the context, each with a one-hot q (no pass, no randomness)."""
         if self.lookup is not None:
             return self._propose_lookup(k)
-        prop, ctx = _Proposal(), list(self._ids)
+        prop, ctx = Proposal(), list(self._ids)
         greedy = self.sampling.is_greedy
         for _ in range(k):
             have = self._dcache.get_seq_length()
@@ -388,14 +361,14 @@ class SpeculativeSession:
             )
             prop.tokens.append(x)
             prop.q.append(q)
-            prop.draws.append(_draw_dict(draw, greedy, "q"))
+            prop.draws.append(draw_record(draw, greedy, "q"))
             ctx.append(x)
         return prop
 
-    def _propose_lookup(self, k: int) -> _Proposal:
+    def _propose_lookup(self, k: int) -> Proposal:
         tokens, where = self.lookup.propose(self._ids, k)
         vocab = vocab_size(self.target)
-        prop = _Proposal(lookup=where)
+        prop = Proposal(lookup=where)
         for x in tokens:
             q = torch.zeros(vocab, device=self.target.device)
             q[x] = 1.0
@@ -407,7 +380,7 @@ class SpeculativeSession:
             )  # fmt: skip
         return prop
 
-    def _verify(self, xs: list[int]) -> tuple[list[_Scored], dict]:
+    def _verify(self, xs: list[int]) -> tuple[list[Scored], dict]:
         """One target pass over [last id, x_1..x_k]: the final distributions p_1 .. p_{k+1}."""
         feed = self._ids[-1:] + xs
         logits, sec = timed_forward(self.target, feed, self._tcache)  # [1, k+1, V]
@@ -418,95 +391,8 @@ class SpeculativeSession:
         scored = []
         for i in range(len(feed)):
             p, stages = final_probs(logits[:, i], self._ids + xs[:i], self.sampling)
-            scored.append(_Scored(raw=logits[:, i], stages=stages, p=p))
+            scored.append(Scored(raw=logits[:, i], stages=stages, p=p))
         return scored, record
-
-    def _accept(self, prop: _Proposal, scored: list[_Scored]) -> tuple[list[dict], int]:
-        """Test the drafts in order: keep x_i with probability min(1, p/q) (greedy: iff it is the target's argmax)."""
-        drafts, n, rejected = [], 0, False
-        greedy = self.sampling.is_greedy
-        for i, x in enumerate(prop.tokens):
-            p, q = float(scored[i].p[x]), float(prop.q[i][x])
-            entry = {
-                "id": x,
-                "text": self._text(x),
-                "q": q,
-                "p": p,
-                "accept_prob": min(1.0, p / q) if q > 0 else 0.0,
-                "overlap": float(torch.minimum(scored[i].p, prop.q[i]).sum()),
-                "u": None,
-                "accepted": None,
-                "draw": prop.draws[i],
-            }
-            if not rejected:
-                if greedy:
-                    ok = int(self._draw(scored[i].stages[-1][1]).tokens[0]) == x
-                else:
-                    entry["u"], ok = self.draws.accept(p, q)
-                entry["accepted"] = bool(ok)
-                rejected = not ok
-                n += int(ok)
-            drafts.append(entry)
-        return drafts, n
-
-    def _resample(self, at: _Scored, q: torch.Tensor, position: int) -> tuple[int, dict]:
-        """After rejecting x_{n+1}: draw from normalise(max(0, p - q)). Greedy: p and q are one-hot at their
-        argmaxes, so the residual is one-hot at the target's argmax (mass 1)."""
-        greedy = self.sampling.is_greedy
-        if greedy:
-            draw = self._draw(at.stages[-1][1])
-            dist = torch.zeros_like(at.p).scatter_(
-                0, draw.tokens.to(at.p.device), 1.0
-            )  # [V] one-hot
-            mass, fallback = 1.0, False
-        else:
-            residual = (at.p - q).clamp(min=0)  # [V]
-            mass = float(residual.sum())
-            fallback = (
-                mass <= RESIDUAL_EPS
-            )  # p == q up to rounding: the rejection had probability ~0
-            dist = at.p if fallback else residual / mass
-            draw = self._draw(_logits_of(dist))
-        y = int(draw.tokens[0])
-        top = torch.topk(dist, min(self.top_n, dist.numel()))
-        entries = [
-            {
-                "id": int(i),
-                "text": self._text(int(i)),
-                "p": float(at.p[i]),
-                "q": float(q[i]),
-                "residual": float(v),
-            }
-            for v, i in zip(top.values, top.indices)
-            if v > 0
-        ]
-        return y, {
-            "position": position,
-            "id": y,
-            "text": self._text(y),
-            "mass": mass,
-            "fallback": fallback,
-            "top": entries,
-            "draw": _draw_dict(draw, greedy, "residual"),
-        }
-
-    def _bonus(self, at: _Scored) -> tuple[int, dict]:
-        """All k drafts kept: one more token from the target's last distribution p_{k+1}."""
-        greedy = self.sampling.is_greedy
-        draw = self._draw(at.stages[-1][1])
-        y = int(draw.tokens[0])
-        return y, {
-            "id": y,
-            "text": self._text(y),
-            "p": float(at.p[y]),
-            "draw": _draw_dict(draw, greedy, "p"),
-        }
-
-    def _draw(self, final_logits: torch.Tensor) -> Draw:
-        """argmax in greedy mode (no randomness used), else a draw from self.draws."""
-        if self.sampling.is_greedy:
-            return choose_token(final_logits, True, None)
-        return self.draws.token(final_logits)
 
     def _apply_stops(self, emitted: list[int]) -> tuple[list[int], str | None]:
         """Cut the emitted ids at EOS, max_new_tokens or the position limit."""
@@ -524,7 +410,7 @@ class SpeculativeSession:
                 return out, "max_positions"
         return out, None
 
-    def _commit(self, rnd: Round, scored: list[_Scored], prop: _Proposal) -> None:
+    def _commit(self, rnd: Round, scored: list[Scored], prop: Proposal) -> None:
         """Append the ids, crop both caches to the accepted prefix, adapt k, record the round and its Steps."""
         base = len(self._ids)
         self._ids.extend(rnd.tokens)
@@ -556,7 +442,7 @@ class SpeculativeSession:
                 self._trace.steps[-1].stop = rnd.stop
 
     def _token_step(
-        self, pos: int, tok: int, at: _Scored, rnd: Round, origin: str, draw: dict, share: float
+        self, pos: int, tok: int, at: Scored, rnd: Round, origin: str, draw: dict, share: float
     ) -> Step:
         """A Step for one emitted id, from the target's scoring of its position (probabilities are the target's;
         latency_s is the round's forward time shared evenly over the ids it emitted; cost fields stay None,

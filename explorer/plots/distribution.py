@@ -21,7 +21,11 @@ PANEL_TITLES = (  # short: each title must fit its panel in a narrow column (Jup
 def distribution_traces() -> dict[str, tuple[int, go.Bar | go.Scatter]]:
     """The figure's traces, empty, by name (the keys of distribution_columns), each with its panel."""
     hover = dict(hovertext=[], hoverinfo="text", showlegend=False)
-    silent = dict(hoverinfo="skip", showlegend=False)
+    return {**_bar_traces(hover), **_cdf_traces(hover)}
+
+
+def _bar_traces(hover: dict) -> dict[str, tuple[int, go.Bar]]:
+    """Panel 1, the raw and final probability bars; panel 2, the mass each stage keeps."""
     bar_ids = dict(x=[], y=[], customdata=[], **hover)
     return {
         "raw": (1, go.Bar(name="raw", marker=dict(color="#b0b0b0"), **bar_ids)),
@@ -45,6 +49,13 @@ def distribution_traces() -> dict[str, tuple[int, go.Bar | go.Scatter]]:
                 **hover,
             ),
         ),
+    }
+
+
+def _cdf_traces(hover: dict) -> dict[str, tuple[int, go.Scatter]]:
+    """Panel 3: the final distribution's CDF, the chosen token's band and the uniform draw u."""
+    silent = dict(hoverinfo="skip", showlegend=False)
+    return {
         "cdf": (
             3,
             go.Scatter(

@@ -27,46 +27,7 @@ def lens_figure(records: list[dict] | None = None, *, height: int = 420) -> go.F
         subplot_titles=("top tokens per layer (residual -> final norm -> lm_head)", "per layer"),
     )
     if records:
-        n = max(len(r["top"]) for r in records)
-        layers = [r["layer"] for r in records]
-        z = np.full((len(records), n), np.nan)
-        text = np.full((len(records), n), "", dtype=object)
-        for i, r in enumerate(records):
-            for j, t in enumerate(r["top"]):
-                z[i, j], text[i, j] = t["prob"], show_token(t["text"])
-        fig.add_trace(
-            go.Heatmap(
-                name="top tokens (measured)",
-                z=z,
-                x=[f"#{j + 1}" for j in range(n)],
-                y=layers,
-                text=text,
-                texttemplate="%{text}",
-                colorscale="Blues",
-                zmin=0,
-                zmax=1,
-                colorbar=dict(title="prob", x=0.56, len=0.9),
-                hovertemplate="layer %{y}, rank %{x}: %{text} p=%{z:.3f}<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        for name, key, color in (
-            ("prob of the chosen token", "prob_chosen", "#c44e52"),
-            ("entropy (nats)", "entropy", "#4c72b0"),
-            ("KL to final (nats)", "kl_to_final", "#55a868"),
-        ):
-            fig.add_trace(
-                go.Scatter(
-                    name=name,
-                    x=[r[key] for r in records],
-                    y=layers,
-                    mode="lines+markers",
-                    line=dict(color=color),
-                ),
-                row=1,
-                col=2,
-            )
+        _add_lens_traces(fig, records)
     fig.update_yaxes(title_text="layer (0 = first)", row=1, col=1)
     fig.update_yaxes(title_text="layer", row=1, col=2)
     fig.update_xaxes(title_text="prob / nats", row=1, col=2)
@@ -80,6 +41,51 @@ def lens_figure(records: list[dict] | None = None, *, height: int = 420) -> go.F
             font=dict(size=13),
         ),
     )
+
+
+def _add_lens_traces(fig: go.Figure, records: list[dict]) -> None:
+    """The top tokens per layer as a heatmap (left) and, per layer, the chosen token's
+    probability, the entropy and the KL to the final distribution (right)."""
+    n = max(len(r["top"]) for r in records)
+    layers = [r["layer"] for r in records]
+    z = np.full((len(records), n), np.nan)
+    text = np.full((len(records), n), "", dtype=object)
+    for i, r in enumerate(records):
+        for j, t in enumerate(r["top"]):
+            z[i, j], text[i, j] = t["prob"], show_token(t["text"])
+    fig.add_trace(
+        go.Heatmap(
+            name="top tokens (measured)",
+            z=z,
+            x=[f"#{j + 1}" for j in range(n)],
+            y=layers,
+            text=text,
+            texttemplate="%{text}",
+            colorscale="Blues",
+            zmin=0,
+            zmax=1,
+            colorbar=dict(title="prob", x=0.56, len=0.9),
+            hovertemplate="layer %{y}, rank %{x}: %{text} p=%{z:.3f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    for name, key, color in (
+        ("prob of the chosen token", "prob_chosen", "#c44e52"),
+        ("entropy (nats)", "entropy", "#4c72b0"),
+        ("KL to final (nats)", "kl_to_final", "#55a868"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                name=name,
+                x=[r[key] for r in records],
+                y=layers,
+                mode="lines+markers",
+                line=dict(color=color),
+            ),
+            row=1,
+            col=2,
+        )
 
 
 def attention_rows(att: dict, head: int | str | None = "mean") -> list[list[float]]:

@@ -67,19 +67,7 @@ def gantt_figure(res, max_requests: int = 64) -> go.Figure:
         )
     )
     names = [r.id for r in recs]
-    spans = {p: ([], []) for p in PHASES}  # base, length
-    for r in recs:
-        sent = r.sent_s or 0.0
-        start = r.start_s if r.start_s is not None else sent
-        first = r.token_s[0] if r.token_s else (r.end_s or start)
-        end = r.end_s if r.end_s is not None else first
-        for p, (a, b) in (
-            ("queue", (sent, start)),
-            ("prefill", (start, first)),
-            ("decode", (first, end)),
-        ):
-            spans[p][0].append(a)
-            spans[p][1].append(max(0.0, b - a))
+    spans = _phase_spans(recs)
     for p, (base, length) in spans.items():
         fig.add_trace(
             go.Bar(
@@ -118,6 +106,24 @@ def gantt_figure(res, max_requests: int = 64) -> go.Figure:
             )
         )
     return fig
+
+
+def _phase_spans(recs) -> dict[str, tuple[list[float], list[float]]]:
+    """Per phase (queue, prefill, decode), each request's (start, length) in seconds."""
+    spans = {p: ([], []) for p in PHASES}  # base, length
+    for r in recs:
+        sent = r.sent_s or 0.0
+        start = r.start_s if r.start_s is not None else sent
+        first = r.token_s[0] if r.token_s else (r.end_s or start)
+        end = r.end_s if r.end_s is not None else first
+        for p, (a, b) in (
+            ("queue", (sent, start)),
+            ("prefill", (start, first)),
+            ("decode", (first, end)),
+        ):
+            spans[p][0].append(a)
+            spans[p][1].append(max(0.0, b - a))
+    return spans
 
 
 def itl_figure(res) -> go.Figure:

@@ -47,6 +47,26 @@ def traffic_figure(
             "KV cache held (measured)",
         ),
     )
+    _add_traces(fig)
+    _style_axes(fig)
+    fig.update_layout(
+        **_layout(
+            height=height,
+            title=dict(text="Memory traffic per step", font=dict(size=14)),
+            legend=dict(orientation="v", x=1.02, y=1, traceorder="normal"),
+        )
+    )
+    fig.update_yaxes(title_text="MB", row=1, col=1)
+    fig.update_yaxes(title_text="GB/s", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="MB", rangemode="tozero", row=3, col=1)
+    fig.update_xaxes(title_text="step", row=3, col=1)
+    set_peak_bandwidth(fig, peak_gbps, label)
+    return fig
+
+
+def _add_traces(fig: go.Figure) -> None:
+    """The empty traces the live chart fills: bytes by part (row 1), achieved GB/s (row 2), the KV
+    cache held (row 3)."""
     for part in TRAFFIC_PARTS:  # stacked areas, not bars: one SVG path per part however many steps
         fig.add_trace(
             go.Scatter(
@@ -86,20 +106,6 @@ def traffic_figure(
         row=3,
         col=1,
     )
-    _style_axes(fig)
-    fig.update_layout(
-        **_layout(
-            height=height,
-            title=dict(text="Memory traffic per step", font=dict(size=14)),
-            legend=dict(orientation="v", x=1.02, y=1, traceorder="normal"),
-        )
-    )
-    fig.update_yaxes(title_text="MB", row=1, col=1)
-    fig.update_yaxes(title_text="GB/s", rangemode="tozero", row=2, col=1)
-    fig.update_yaxes(title_text="MB", rangemode="tozero", row=3, col=1)
-    fig.update_xaxes(title_text="step", row=3, col=1)
-    set_peak_bandwidth(fig, peak_gbps, label)
-    return fig
 
 
 def set_peak_bandwidth(fig: go.Figure, peak_gbps: float | None, label: str = "") -> None:

@@ -112,9 +112,14 @@ def run(
         rows = measure_points(unique, point, notes, label=lambda n: n, stop=stop)
     finally:
         progress_bar.close()
-    attrs = {
+    return frame(rows, COLUMNS, _attrs(first.info.name if first else lm, dev, rows, repeats, notes))
+
+
+def _attrs(model: str, dev: torch.device, rows: list[dict], repeats: int, notes: list[str]) -> dict:
+    """The sweep's attrs: what was measured, how, and the peaks of each supported dtype."""
+    return {
         "sweep": "dtype",
-        "model": first.info.name if first else lm,
+        "model": model,
         "device": str(dev),
         "dtype": [r["dtype"] for r in rows],
         "repeats": repeats,
@@ -131,7 +136,6 @@ def run(
         "notes": notes,
         "columns": {c: GLOSSARY[c] for c in COLUMNS},
     }
-    return frame(rows, COLUMNS, attrs)
 
 
 def _row(

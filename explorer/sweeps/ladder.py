@@ -100,6 +100,17 @@ PERPLEXITY_TOKENS = 2048  # held-out tokens scored per weights setting
 KV_PIECE = 64  # tokens per forward when a KV-cache rung's perplexity is scored through its cache
 
 
+def _rung_names(rungs: Iterable[str] | None) -> list[str]:
+    """The rungs asked for (all by default), checked, with the eager baseline first when missing."""
+    names = list(RUNGS) if rungs is None else [r.strip() for r in rungs]
+    for name in names:
+        if name not in RUNGS:
+            raise ValueError(f"unknown rung {name!r}; the rungs are {', '.join(RUNGS)}")
+    if "eager" not in names:
+        names.insert(0, "eager")  # the baseline every speedup and quality figure compares against
+    return names
+
+
 def run(
     lm: LoadedModel,
     *,
@@ -114,12 +125,7 @@ def run(
 ) -> pd.DataFrame:
     """One row per (batch, rung): see the module docstring. repeats: timed Sessions per rung (the
     estimate is over all their decode Steps)."""
-    names = list(RUNGS) if rungs is None else [r.strip() for r in rungs]
-    for name in names:
-        if name not in RUNGS:
-            raise ValueError(f"unknown rung {name!r}; the rungs are {', '.join(RUNGS)}")
-    if "eager" not in names:
-        names.insert(0, "eager")  # the baseline every speedup and quality figure compares against
+    names = _rung_names(rungs)
     batch_sizes = sizes("batches", batches)
     check_count("new_tokens", new_tokens, 2)
     check_count("repeats", repeats)
@@ -222,30 +228,9 @@ class _Ladder:
                 **extra,
             )
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", RuntimeWarning)
-            warm = session()
-            warm.run(WARMUP_TOKENS + 1)  # the prefill + a few decode steps: compile happens here
-        for w in caught:
-            if issubclass(w.category, RuntimeWarning):
-                self.notes.append(f"{lm.info.weights} {options}: {w.message}")
-        compiled = warm.trace.settings.get("compile") or {}
+        compiled = self._warm_up(session, lm, options)
         cuda = lm.device.type == "cuda"
-        decode, ttft, tokens, logits = [], [], None, None
-        for i in range(self.repeats):
-            if cuda:
-                torch.cuda.reset_peak_memory_stats(lm.device)
-            s = session()
-            step_logits = []
-            for _ in range(self.new_tokens):
-                s.step()
-                if i == 0:
-                    step_logits.append(s.distribution()["logits"])
-            steps = s.steps
-            ttft.append(steps[0].latency_s)
-            decode.extend(steps[1:])
-            if i == 0:
-                tokens, logits, first = list(s.tokens), step_logits, s
+        decode, ttft, tokens, logits, first = self._timed_runs(session, lm, cuda)
         last = first.steps[-1]
         timed = from_steps([st.latency_s for st in decode], [st.cpu_share for st in decode])
         ms = 1e3 * timed.estimate
@@ -276,6 +261,38 @@ class _Ladder:
         else:
             out.update(self._quality(tokens, logits, base, lambda: self._forced(session, base)))
         return out
+
+    def _warm_up(self, session, lm, options: dict) -> dict:
+        """One untimed run (the prefill and a few decode steps: compile happens here); its
+        RuntimeWarnings become notes. Returns the trace's compile settings ({} without)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            warm = session()
+            warm.run(WARMUP_TOKENS + 1)
+        for w in caught:
+            if issubclass(w.category, RuntimeWarning):
+                self.notes.append(f"{lm.info.weights} {options}: {w.message}")
+        return warm.trace.settings.get("compile") or {}
+
+    def _timed_runs(self, session, lm, cuda: bool) -> tuple:
+        """`repeats` timed runs of new_tokens steps each: (decode steps, first-token latencies,
+        the first run's tokens, its row-0 logits per step, the first run's Session)."""
+        decode, ttft, tokens, logits, first = [], [], None, None, None
+        for i in range(self.repeats):
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(lm.device)
+            s = session()
+            step_logits = []
+            for _ in range(self.new_tokens):
+                s.step()
+                if i == 0:
+                    step_logits.append(s.distribution()["logits"])
+            steps = s.steps
+            ttft.append(steps[0].latency_s)
+            decode.extend(steps[1:])
+            if i == 0:
+                tokens, logits, first = list(s.tokens), step_logits, s
+        return decode, ttft, tokens, logits, first
 
     def _forced(self, session, base) -> list[torch.Tensor]:
         """Row 0's logits at every step with the baseline's tokens forced (teacher forcing)."""

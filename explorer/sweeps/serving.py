@@ -93,6 +93,9 @@ GLOSSARY.update(
 )
 
 
+ONE_RUN_NOTE = "one run per setting (its percentiles are over its requests); repeats not used"
+
+
 def run(
     lm,
     *,
@@ -113,20 +116,9 @@ def run(
 
     One run per setting: a run is already many requests, and its percentiles are over them
     (`repeats`, which the other sweeps take, is noted and not used)."""
-    over = over[0] if isinstance(over, list) else over
-    if over not in OVER:
-        raise ValueError(f"over must be one of {', '.join(OVER)}, got {over!r}")
-    if over == "kv":  # only the engines with a KV budget knob
-        engines = [e for e in engine_names(local_only=True) if get_engine(e).Knobs.kv_knob]
-    if over == "rate":
-        values = sorted(values)  # lowest first: the sweep stops past saturation
-    points = [(e, v) for e in engines for v in values]
-    notes: list[str] = []
+    over, points = _points(over, values, engines)
+    notes: list[str] = [] if repeats == 1 else [ONE_RUN_NOTE]
     saturated: dict = {}
-    if repeats != 1:
-        notes.append(
-            "one run per setting (its percentiles are over its requests); repeats not used"
-        )
     progress_bar = Bar(len(points), f"serving sweep over {over}", progress, bar)
     stop = stop or threading.Event()
 
@@ -161,7 +153,23 @@ def run(
         )
     finally:
         progress_bar.close()
-    rows += cut
+    return _table(lm, rows + cut, notes, over, saturated)
+
+
+def _points(over, values, engines) -> tuple[str, list[tuple]]:
+    """The axis checked and the (engine, value) points of the sweep, in the order they run."""
+    over = over[0] if isinstance(over, list) else over
+    if over not in OVER:
+        raise ValueError(f"over must be one of {', '.join(OVER)}, got {over!r}")
+    if over == "kv":  # only the engines with a KV budget knob
+        engines = [e for e in engine_names(local_only=True) if get_engine(e).Knobs.kv_knob]
+    if over == "rate":
+        values = sorted(values)  # lowest first: the sweep stops past saturation
+    return over, [(e, v) for e in engines for v in values]
+
+
+def _table(lm, rows: list[dict], notes: list[str], over: str, saturated: dict) -> pd.DataFrame:
+    """The sweep's frame: its rows, its notes, the knee marked, the saturated rates."""
     df = frame(
         rows, COLUMNS, attrs("serving", lm, None, notes, COLUMNS, repeats=1, warmup=0, over=over)
     )

@@ -71,23 +71,7 @@ class WhyTab(Tab):
             lambda _: dash.guard.call("Profiling the step", self.run_profile)
         )
         self.profile_text = tagged(W.HTML(), "why-profile-text")
-        self.calibrate_button = button(
-            "why-calibrate", "Calibrate", "sliders", width=None,
-            tip="measure a small batch x context grid of this model and fit bandwidth, FLOP/s and "
-            "overhead to part of it",
-        )  # fmt: skip
-        self.calibrate_button.on_click(lambda _: self.start_calibration())
-        self.stop_button = stop_button(
-            "why-calibrate-stop", "stop the calibration grid after its current cell", self._stop.set
-        )
-        self.progress = tagged(
-            W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="200px")),
-            "why-calibrate-progress",
-        )
-        self.calibration_text = tagged(
-            W.HTML("No calibration yet: predictions are the plain roofline bound."),
-            "why-calibration-text",
-        )
+        self._build_calibration()
         self.parts = {
             **self.charts,
             "why-profile-run": self.profile_button,
@@ -109,6 +93,26 @@ class WhyTab(Tab):
         )
         self.widget.add_class("ie-why")
         self.parts["why"] = self.widget
+
+    def _build_calibration(self) -> None:
+        """The calibration row: Calibrate, its Stop, its progress, and what the fit says."""
+        self.calibrate_button = button(
+            "why-calibrate", "Calibrate", "sliders", width=None,
+            tip="measure a small batch x context grid of this model and fit bandwidth, FLOP/s and "
+            "overhead to part of it",
+        )  # fmt: skip
+        self.calibrate_button.on_click(lambda _: self.start_calibration())
+        self.stop_button = stop_button(
+            "why-calibrate-stop", "stop the calibration grid after its current cell", self._stop.set
+        )
+        self.progress = tagged(
+            W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="200px")),
+            "why-calibrate-progress",
+        )
+        self.calibration_text = tagged(
+            W.HTML("No calibration yet: predictions are the plain roofline bound."),
+            "why-calibration-text",
+        )
 
     # --- the Tab protocol ---
 

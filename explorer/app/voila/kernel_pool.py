@@ -62,12 +62,7 @@ def kernel_manager_class():
             self._ever_connected: set[str] = set()
             self._unclaimed_since: dict = {}
             self.start_seconds: deque = deque(maxlen=5)  # the pool's last starts, in seconds
-            # Voila's pool (the subclass that wraps this one) starts and renders a kernel with
-            # _initialize; its constructor fills the pool after this one returns, so it meets the timer
-            initialize = getattr(self, "_initialize", None)
-            if initialize is not None:
-                self._initialize = timed_start(initialize, self.start_seconds)
-                start_when_claimed(self)
+            _time_the_pool(self)
 
         def notify_connect(self, kernel_id: str) -> None:
             self._ever_connected.add(kernel_id)
@@ -82,16 +77,8 @@ def kernel_manager_class():
         async def cull_kernel_if_idle(self, kernel_id: str):
             if kernel_id not in self._kernels:
                 return None
-            if kernel_id not in self._ever_connected:
-                # the grace runs from the later of: first seen outside the pool, last kernel activity (a
-                # kernel started cold for a page renders the notebook first; on a loaded machine that
-                # alone can take longer than the grace, and the browser connects only after it)
-                first = self._unclaimed_since.setdefault(kernel_id, utcnow())
-                since = max(first, _last_activity(self._kernels[kernel_id]) or first)
-                if utcnow() - since < timedelta(
-                    seconds=max(self.cull_idle_timeout, self.connect_grace)
-                ):
-                    return None
+            if kernel_id not in self._ever_connected and _in_connect_grace(self, kernel_id):
+                return None
             return await super().cull_kernel_if_idle(kernel_id)
 
         async def shutdown_kernel(self, kernel_id: str, *args, **kwargs):
@@ -101,6 +88,26 @@ def kernel_manager_class():
 
     _MANAGER_CLASS = ExplorerKernelManager
     return _MANAGER_CLASS
+
+
+def _time_the_pool(manager) -> None:
+    """Voila's pool (the subclass that wraps ExplorerKernelManager) starts and renders a kernel with
+    _initialize; its constructor fills the pool after ours returns, so each start meets the timer."""
+    initialize = getattr(manager, "_initialize", None)
+    if initialize is not None:
+        manager._initialize = timed_start(initialize, manager.start_seconds)
+        start_when_claimed(manager)
+
+
+def _in_connect_grace(manager, kernel_id: str) -> bool:
+    """Whether a kernel no browser has connected to yet is still within its grace. The grace runs
+    from the later of: first seen outside the pool, last kernel activity (a kernel started cold for
+    a page renders the notebook first; on a loaded machine that alone can take longer than the
+    grace, and the browser connects only after it)."""
+    first = manager._unclaimed_since.setdefault(kernel_id, utcnow())
+    since = max(first, _last_activity(manager._kernels[kernel_id]) or first)
+    grace = max(manager.cull_idle_timeout, manager.connect_grace)
+    return utcnow() - since < timedelta(seconds=grace)
 
 
 def timed_start(initialize, seconds: deque):

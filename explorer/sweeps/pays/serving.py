@@ -125,16 +125,7 @@ def setup_continuous(ctx: TrickContext):
         "continuous": {"max_requests_per_batch": batch},
     }
     ctx.attrs.update(max_batch=batch, engines_knobs=knobs, metric="mean_e2el_ms")
-    profile = Workload(num_prompts=6, input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=99,
-                       output_dist="lognormal", output_spread=0.8).requests(ctx.lm)  # fmt: skip
-    steps = {}
-    for engine, kn in knobs.items():
-        _run(ctx, profile[:1], engine, kn)  # warm-up, discarded
-        steps[engine] = _fit_steps(ctx, [_run(ctx, profile, engine, kn)])
-    ctx.notes.append(
-        "predicted_speedup: the serving simulator's static and continuous policies on the same "
-        "requests, step models fitted on one profiling run of each engine here"
-    )
+    steps = _fitted_steps(ctx, knobs)
     saturated: list[float] = []
 
     def point(value: float) -> dict:
@@ -181,6 +172,22 @@ def setup_continuous(ctx: TrickContext):
         return row
 
     return point
+
+
+def _fitted_steps(ctx: TrickContext, knobs: dict[str, dict]) -> dict:
+    """Per engine, the simulator's step model fitted on one profiling run here (after a
+    discarded warm-up run); the note says so."""
+    profile = Workload(num_prompts=6, input_len=INPUT_LEN, output_len=OUTPUT_LEN, seed=99,
+                       output_dist="lognormal", output_spread=0.8).requests(ctx.lm)  # fmt: skip
+    steps = {}
+    for engine, kn in knobs.items():
+        _run(ctx, profile[:1], engine, kn)  # warm-up, discarded
+        steps[engine] = _fit_steps(ctx, [_run(ctx, profile, engine, kn)])
+    ctx.notes.append(
+        "predicted_speedup: the serving simulator's static and continuous policies on the same "
+        "requests, step models fitted on one profiling run of each engine here"
+    )
+    return steps
 
 
 def _not_run(value: float, first: float) -> dict:
