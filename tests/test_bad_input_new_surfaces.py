@@ -57,7 +57,7 @@ CAPACITY = ["simulate", "--capacity", "--goodput", "ttft:500", "--hardware", "h1
         (["--dtype", "bogus"], "unknown dtype 'bogus'"),
         (["--gpu-hour-usd", "nan"], "--gpu-hour-usd must be a number > 0"),
         (["--gpu-hour-usd", "inf"], "--gpu-hour-usd must be a number > 0"),
-        (["--bw-efficiency", "nan"], "bw_efficiency must be a finite number"),
+        (["--bw-efficiency", "nan"], "bw_efficiency must be a number > 0 and <= 1, got nan"),
         (["--goodput", "ttft:nan"], "--goodput: 'ttft:nan' must be a finite number of ms > 0"),
         (["--goodput", "tpot:inf"], "--goodput: 'tpot:inf' must be a finite number of ms > 0"),
     ],

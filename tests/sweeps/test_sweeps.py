@@ -81,14 +81,16 @@ def test_cache_sweep(wider):
     assert list(off.tokens_fed) == list(off.context_len)  # no cache: the whole sequence every pass
     assert off.flops_modelled.sum() > 10 * on.flops_modelled.sum()
 
-    # measured physics: without the cache the second half of the run costs more than the first
-    # (the prefix it recomputes is longer); with the cache the halves cost about the same.
+    # the physics, modelled (a test checks no timing: `explorer sweep cache` prints the measured
+    # halves): without the cache the second half of the run costs more than the first (the prefix
+    # it recomputes is longer); with the cache the halves cost about the same
     def halves(part):
-        lat = list(part.latency_s_measured)[1:]
-        return sum(lat[len(lat) // 2 :]) / sum(lat[: len(lat) // 2])
+        work = list(part.flops_modelled)[1:]
+        return sum(work[len(work) // 2 :]) / sum(work[: len(work) // 2])
 
-    assert halves(off) > halves(on)
-    assert off.cumulative_s_measured.iloc[-1] > 1.3 * on.cumulative_s_measured.iloc[-1]
+    assert halves(off) > 1.5 and 0.9 < halves(on) < 1.2
+    assert (df.latency_s_measured > 0).all()
+    assert all(p.cumulative_s_measured.is_monotonic_increasing for p in (on, off))
     assert df.attrs["threads"] == 1
 
 
