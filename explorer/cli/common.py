@@ -97,3 +97,13 @@ def sampling_of(args):
     from explorer.engine.settings import specs
 
     return Sampling(**{name: getattr(args, name) for name in specs(Sampling)})
+
+
+def cost_info(name: str, device: str, dtype: str):
+    """ModelInfo without allocating for arch: shapes (meta device); other names are loaded."""
+    from explorer.model.device import dtype_name, resolve_device, resolve_dtype
+    from explorer.model.loader import arch_info, load
+
+    if name.startswith("arch:"):
+        return arch_info(name, dtype_name(resolve_dtype(dtype, resolve_device(device))))
+    return load(name, device=device, dtype=dtype).info

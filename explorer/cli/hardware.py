@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from explorer.cli.common import print_json
+from explorer.cli.common import cost_info, print_json
 from explorer.costs.kvdtype import KV_DTYPE_HELP, KV_DTYPES
 
 ORDER = 50
@@ -73,16 +73,6 @@ def _cmd_hardware(args) -> int:
     return 0
 
 
-def _cost_info(name: str, device: str, dtype: str):
-    """ModelInfo without allocating for arch: shapes (meta device); other names are loaded."""
-    from explorer.model.device import dtype_name, resolve_device, resolve_dtype
-    from explorer.model.loader import arch_info, load
-
-    if name.startswith("arch:"):
-        return arch_info(name, dtype_name(resolve_dtype(dtype, resolve_device(device))))
-    return load(name, device=device, dtype=dtype).info
-
-
 def _add_cost(sub) -> None:
     p = sub.add_parser(
         "cost", help="modelled FLOPs and bytes of one forward pass, by part, and its roofline"
@@ -127,7 +117,7 @@ def _cmd_cost(args) -> int:
         from explorer.cli.ops import run_ops
 
         return run_ops(args)
-    info = _cost_info(args.model, args.device, args.dtype)
+    info = cost_info(args.model, args.device, args.dtype)
     fed = args.context if args.no_cache else args.tokens_fed
     cost = costs.forward_cost(
         info,

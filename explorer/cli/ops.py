@@ -4,14 +4,13 @@ each op's FLOPs, bytes, intensity, time and bound at this machine's measured pea
 
 from __future__ import annotations
 
-from explorer.cli.common import print_json, writable
+from explorer.cli.common import cost_info, print_json, writable
 
 FP8 = ("fp8", "float8", "e4m3", "float8_e4m3fn")
 
 
 def _setup(args):
     """(info, shape, peaks, interconnect GB/s, where) for the flags; FP8 needs a chip that has it."""
-    from explorer.cli.hardware import _cost_info
     from explorer.costs import hardware, shape_of
     from explorer.costs.optime import check_tp, fp8_shape
 
@@ -19,7 +18,7 @@ def _setup(args):
     if fp8 and not args.chip:
         raise ValueError("--dtype fp8 is modelled on a chip only: add --chip (e.g. --chip h100)")
     dtype = "bfloat16" if fp8 or (args.chip and args.dtype == "auto") else args.dtype
-    info = _cost_info(args.model, args.device, dtype)
+    info = cost_info(args.model, args.device, dtype)
     shape = fp8_shape(shape_of(info)) if fp8 else None
     if args.chip:
         chip = hardware.chip_named(args.chip)

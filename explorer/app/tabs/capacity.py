@@ -95,32 +95,7 @@ class CapacityTab(Tab):
         fitted = whatif_defaults()
         self.bw_eff = box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
         self.flop_eff = box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
-        self.run_button = button(
-            "cap-run", "Run", "play", "primary", "simulate a range of request rates (modelled)"
-        )
-        self.compare_button = button(
-            "cap-compare",
-            "Compare",
-            "balance-scale",
-            tip="simulate that file's workload on this setup; show the error",
-            width=None,
-        )
-        self.run_button.on_click(
-            lambda _: self.dash.guard.call("the capacity run", self.busy, self.run_button, self.run)
-        )
-        self.measured = box(
-            W.Text,
-            "measured",
-            "",
-            "measured JSON",
-            "420px",
-            placeholder="a vllm bench serve --save-result file (or ours)",
-        )
-        self.compare_button.on_click(
-            lambda _: self.dash.guard.call(
-                "the comparison", self.busy, self.compare_button, self.compare
-            )
-        )
+        self._buttons(box)
         self.answer = tagged(W.HTML(value=""), "cap-answer")
         self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
         self.chart.add_class("ie-cap-chart")
@@ -147,6 +122,35 @@ class CapacityTab(Tab):
         )
         self.widget.add_class("ie-capacity")
         self.parts["capacity"] = self.widget
+
+    def _buttons(self, box) -> None:
+        """Run (the capacity search), the measured-result box and Compare, wired to the guard."""
+        self.run_button = button(
+            "cap-run", "Run", "play", "primary", "simulate a range of request rates (modelled)"
+        )
+        self.compare_button = button(
+            "cap-compare",
+            "Compare",
+            "balance-scale",
+            tip="simulate that file's workload on this setup; show the error",
+            width=None,
+        )
+        self.run_button.on_click(
+            lambda _: self.dash.guard.call("the capacity run", self.busy, self.run_button, self.run)
+        )
+        self.measured = box(
+            W.Text,
+            "measured",
+            "",
+            "measured JSON",
+            "420px",
+            placeholder="a vllm bench serve --save-result file (or ours)",
+        )
+        self.compare_button.on_click(
+            lambda _: self.dash.guard.call(
+                "the comparison", self.busy, self.compare_button, self.compare
+            )
+        )
 
     def _deployment_controls(self, box):
         """The replicas (the declared Deployment setting) and the check runs' length."""
