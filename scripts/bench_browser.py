@@ -57,13 +57,15 @@ def settle(page) -> None:
 
 def timed_clicks(page, n: int) -> dict:
     """n Step clicks, each timed click -> strip text and distribution changed; waits for the redraw between."""
-    strip, dist, both, missed = [], [], [], 0
+    strip, dist, both, picture, missed = [], [], [], [], 0
     for _ in range(n):
         r = bs.click_and_time(page, "step")
         settle(page)
         if r["both_ms"] is None:
             missed += 1
             continue
+        if r.get("picture_ms") is not None:
+            picture.append(r["picture_ms"])
         strip.append(r["strip_ms"])
         dist.append(r["dist_ms"])
         both.append(r["both_ms"])
@@ -71,6 +73,7 @@ def timed_clicks(page, n: int) -> dict:
         "strip_ms": summary(strip),
         "dist_ms": summary(dist),
         "both_ms": summary(both),
+        **({"picture_ms": summary(picture)} if picture else {}),
         "missed": missed,
         "at_step": steps_taken(page),
     }
@@ -203,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             page.wait_for_function(bs.EOS_OFF_JS, timeout=60000)
             new_session(page, None, 0)  # 0 = no token limit but the model's positions (512)
             step_n(page, 10)
+            if args.tab:  # e.g. "The step, drawn": its picture redraws on every Step (picture_ms)
+                bs.open_tab(page, args.tab)
+                settle(page)
             out["step_at_10"] = timed_clicks(page, args.clicks)
             print(
                 f"Step -> strip & distribution at step ~10: {out['step_at_10']['both_ms']}",
@@ -237,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--tab",
+        default=None,
+        help="open this tab before the timed clicks (e.g. 'The step, drawn': its picture is timed too)",
     )
     ap.add_argument("--clicks", type=int, default=20)
     ap.add_argument("--loads", type=int, default=3, help="pages opened for the time to interactive")

@@ -186,14 +186,22 @@ TIMED_CLICK_JS = """async ([button, timeoutMs]) => {
     const obs = new MutationObserver(check);
     for (const el of [strip, dist]) obs.observe(el, {subtree: true, childList: true, characterData: true,
                                                      attributes: true});
+    // the step tab's picture, when it is shown: timed to its first redraw after the click
+    const pic = document.querySelector('.ie-step-tab .js-plotly-plot');
+    const picShown = pic !== null && pic.offsetParent !== null;
+    const picObs = new MutationObserver(() => { if (!('pic' in seen)) seen.pic = performance.now(); });
+    if (picShown) picObs.observe(pic, {subtree: true, childList: true, attributes: true});
     const t0 = performance.now();
     btn.click();
-    while (!('strip' in seen && 'dist' in seen) && performance.now() - t0 < timeoutMs) {
+    while (!('strip' in seen && 'dist' in seen && (!picShown || 'pic' in seen))
+           && performance.now() - t0 < timeoutMs) {
         await new Promise(r => setTimeout(r, 5));
         check();
     }
     obs.disconnect();
-    return {strip_ms: 'strip' in seen ? seen.strip - t0 : null, dist_ms: 'dist' in seen ? seen.dist - t0 : null};
+    picObs.disconnect();
+    return {strip_ms: 'strip' in seen ? seen.strip - t0 : null, dist_ms: 'dist' in seen ? seen.dist - t0 : null,
+            picture_ms: 'pic' in seen ? seen.pic - t0 : null};
 }""".replace("DIST_SIGNATURE", DIST_SIGNATURE_JS)
 
 
