@@ -12,7 +12,7 @@ import html
 
 from explorer.engine.trace import Trace
 
-MIME = {"json": "application/json", "csv": "text/csv", "html": "text/html"}
+MIME = {"json": "application/json", "csv": "text/csv", "html": "text/html", "png": "image/png"}
 
 
 def trace_json(trace: Trace) -> str:
@@ -23,11 +23,13 @@ def trace_csv(trace: Trace) -> str:
     return trace.to_frame().to_csv(index=False)
 
 
-def download_link(content: str, filename: str, label: str | None = None) -> str:
-    """HTML of a link that saves `content` as `filename` when clicked (a data: URI, base64)."""
+def download_link(content: str | bytes, filename: str, label: str | None = None) -> str:
+    """HTML of a link that saves `content` (text, or bytes such as a PNG) as `filename` when
+    clicked (a data: URI, base64)."""
     ext = filename.rsplit(".", 1)[-1]
-    data = base64.b64encode(content.encode("utf-8")).decode("ascii")
-    size = len(content.encode("utf-8"))
+    raw = content if isinstance(content, bytes) else content.encode("utf-8")
+    data = base64.b64encode(raw).decode("ascii")
+    size = len(raw)
     text = html.escape(label or filename)
     return (
         f'<a class="ie-download" download="{html.escape(filename, quote=True)}" '

@@ -66,19 +66,16 @@ def run_ops(args) -> int:
 
 def _write_picture(args, rows, title: str) -> None:
     """The step drawn (explorer.plots.step) as an offline HTML page and/or a PNG of that page."""
-    import tempfile
-
     from explorer import plots
+    from explorer.app.voila.browser import png_of_html
 
     html = plots.figure_html(plots.step_figure(rows, title=title))
     if args.html:
         with open(args.html, "w", encoding="utf-8") as fh:
             fh.write(html)
     if args.png:
-        with tempfile.NamedTemporaryFile("w", suffix=".html", encoding="utf-8") as page:
-            page.write(html)
-            page.flush()
-            _screenshot(page.name, args.png)
+        with open(args.png, "wb") as fh:
+            fh.write(png_of_html(html))
 
 
 def _check_browser(png: str) -> None:
@@ -88,23 +85,6 @@ def _check_browser(png: str) -> None:
     why = browser_unavailable()
     if why:
         raise ValueError(f"--png {png}: {why}; or save the --html page's picture from its camera")
-
-
-def _screenshot(html_path: str, png_path: str) -> None:
-    """The plot of an offline HTML page as a PNG, drawn by headless chromium."""
-    from playwright.sync_api import sync_playwright
-
-    from explorer.app.voila.browser import launch_chromium
-
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.goto(f"file://{html_path}")
-            page.wait_for_selector(".plotly-graph-div .main-svg", timeout=30000)
-            page.locator(".plotly-graph-div").first.screenshot(path=png_path)
-        finally:
-            browser.close()
 
 
 def _title(table, where: str, sep: str = " ") -> str:

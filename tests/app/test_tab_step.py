@@ -4,6 +4,9 @@ Without a browser: set `.value`, click(), and check the figures' data (fixtures 
 
 from __future__ import annotations
 
+import base64
+
+import pytest
 from app_helpers import click_point, show_tab, trace_of
 
 from explorer.app import Dashboard
@@ -136,3 +139,19 @@ def test_unknown_family_draws_what_it_can_and_says_so():
     finally:
         d.pause()
         d.wait(10)
+
+
+def test_the_export_tab_saves_the_picture_as_png(dash):
+    from explorer.app.voila import browser
+
+    if browser.browser_unavailable():
+        pytest.skip(browser.browser_unavailable())
+    dash.parts["step"].click()
+    show_tab(dash, "step")
+    show_tab(dash, "export")
+    dash.parts["export-what"].value = "chart PNG: step drawn"
+    dash.parts["export-button"].click()
+    link = dash.parts["export-links"].value
+    assert 'download="step-drawn-' in link and "data:image/png;base64," in link
+    png = base64.b64decode(link.split("base64,", 1)[1].split('"', 1)[0])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

@@ -11,6 +11,7 @@ from explorer.app.export import download_link, trace_csv, trace_json
 from explorer.app.tabs import Tab, register
 
 TRACE_CHOICES = ["trace JSON", "trace CSV"]
+PNG_CHARTS = ("step drawn", "operators roofline")  # also offered as PNG (chromium draws them)
 
 
 @register(90)
@@ -47,7 +48,9 @@ class ExportTab(Tab):
         }
 
     def _choices(self) -> list[str]:
-        return TRACE_CHOICES + [f"chart: {name}" for name in self.dash.export_figures()]
+        names = list(self.dash.export_figures())
+        return (TRACE_CHOICES + [f"chart: {name}" for name in names]
+                + [f"chart PNG: {name}" for name in names if name in PNG_CHARTS])  # fmt: skip
 
     def set_live(self, live: bool) -> None:
         """Shown: offer every chart the dashboard's tabs export (a tab added later included)."""
@@ -68,8 +71,13 @@ class ExportTab(Tab):
             link = download_link(trace_csv(trace), f"trace-{stamp}.csv")
         else:
             name = what.split(": ", 1)[1]
-            fig = dash.export_figures(current=True)[name]
-            link = download_link(plots.figure_html(fig), f"{name.replace(' ', '-')}-{stamp}.html")
+            page = plots.figure_html(dash.export_figures(current=True)[name])
+            if what.startswith("chart PNG: "):
+                from explorer.app.voila.browser import png_of_html
+
+                link = download_link(png_of_html(page), f"{name.replace(' ', '-')}-{stamp}.png")
+            else:
+                link = download_link(page, f"{name.replace(' ', '-')}-{stamp}.html")
         self.links.value = link
         dash.guard.say(f"Ready: click the link under Export to save the {what}.", "ok")
         return link

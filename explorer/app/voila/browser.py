@@ -84,6 +84,29 @@ def browser_unavailable() -> str | None:
     return None
 
 
+def png_of_html(page_html: str, width: int = 1300, height: int = 900) -> bytes:
+    """The first plot of an offline HTML page as PNG bytes, drawn by headless chromium
+    (ValueError in one line where playwright or chromium is missing)."""
+    why = browser_unavailable()
+    if why:
+        raise ValueError(f"a PNG needs a browser: {why}; the HTML page's camera button saves one")
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "page.html")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(page_html)
+        with sync_playwright() as pw:
+            browser = launch_chromium(pw)
+            try:
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.goto(f"file://{path}")
+                page.wait_for_selector(".plotly-graph-div .main-svg", timeout=30000)
+                return page.locator(".plotly-graph-div").first.screenshot()
+            finally:
+                browser.close()
+
+
 def launch_chromium(pw, headless: bool = True):
     """A fresh chromium (new temp profile per launch) driven by playwright; never downloads a browser."""
     return pw.chromium.launch(
