@@ -22,9 +22,8 @@ import statistics
 from collections import defaultdict
 
 import torch
-from torch.autograd.profiler import record_function
 
-from explorer.costs.profile import _ie_ancestor, _root, _run_once
+from explorer.costs.profile import _ie_ancestor, _root, _run_once, range_pair
 from explorer.inside.hooks import InsideUnavailable
 from explorer.model.layout import LayoutError, layout
 
@@ -41,37 +40,25 @@ GROUPS = {"mlp_residual": "attn_residual", "attn_v": "qk_scores", "experts_act":
 OVERHEAD_RATIO = 0.5  # a measured op whose modelled floor explains < half its time: overhead-bound
 
 
-def _pair(name: str, open_ranges: dict):
-    def pre(module, args):
-        rf = record_function(name)
-        rf.__enter__()
-        open_ranges[id(module)].append(rf)
-
-    def post(module, args, output):
-        open_ranges[id(module)].pop().__exit__(None, None, None)
-
-    return pre, post
-
-
 def op_hooks(model) -> dict:
     """{module: (pre, post)} opening a range `ie:<op>` (or a part's range) around each module."""
     lay = layout(model)
     open_ranges: dict[int, list] = defaultdict(list)
     hooks = {}
     for m, name in zip(lay.embeddings, ("embed_tokens", "embed_positions")):
-        hooks[m] = _pair(f"ie:op/{name}", open_ranges)
+        hooks[m] = range_pair(f"ie:op/{name}", open_ranges)
     for layer in lay.layers:
-        hooks[layer.block] = _pair("ie:layer", open_ranges)
-        hooks[layer.attention] = _pair("ie:attention", open_ranges)
-        hooks[layer.mlp] = _pair("ie:mlp", open_ranges)
+        hooks[layer.block] = range_pair("ie:layer", open_ranges)
+        hooks[layer.attention] = range_pair("ie:attention", open_ranges)
+        hooks[layer.mlp] = range_pair("ie:mlp", open_ranges)
         for m, name in zip(layer.norms, ("attn_norm", "mlp_norm")):
-            hooks[m] = _pair(f"ie:op/{name}", open_ranges)
+            hooks[m] = range_pair(f"ie:op/{name}", open_ranges)
         for parent, table in ((layer.attention, ATTN_CHILDREN), (layer.mlp, MLP_CHILDREN)):
             for attr, m in parent.named_children():
                 if attr in table:
-                    hooks[m] = _pair(f"ie:op/{table[attr]}", open_ranges)
-    hooks[lay.final_norm] = _pair("ie:op/final_norm", open_ranges)
-    hooks[lay.lm_head] = _pair("ie:op/lm_head", open_ranges)
+                    hooks[m] = range_pair(f"ie:op/{table[attr]}", open_ranges)
+    hooks[lay.final_norm] = range_pair("ie:op/final_norm", open_ranges)
+    hooks[lay.lm_head] = range_pair("ie:op/lm_head", open_ranges)
     return hooks
 
 

@@ -88,20 +88,27 @@ def _part_of(range_name: str) -> str:
     return {"final_norm": "norms"}.get(name, name)
 
 
+def range_pair(name: str, open_ranges: dict) -> tuple:
+    """(pre, post) forward hooks that open and close the profiler range `name` around a module's
+    forward (open ranges kept per module in `open_ranges`, a defaultdict(list))."""
+
+    def pre(module, args):
+        rf = record_function(name)
+        rf.__enter__()
+        open_ranges[id(module)].append(rf)
+
+    def post(module, args, output):
+        open_ranges[id(module)].pop().__exit__(None, None, None)
+
+    return pre, post
+
+
 def _range_hooks(lay) -> dict:
     """{module: (pre, post)} that open and close a named profiler range around each part."""
     open_ranges: dict[int, list] = defaultdict(list)
 
     def pair(name: str):
-        def pre(module, args):
-            rf = record_function(name)
-            rf.__enter__()
-            open_ranges[id(module)].append(rf)
-
-        def post(module, args, output):
-            open_ranges[id(module)].pop().__exit__(None, None, None)
-
-        return pre, post
+        return range_pair(name, open_ranges)
 
     hooks = {m: pair("ie:embedding") for m in lay.embeddings}
     for layer in lay.layers:
