@@ -68,6 +68,8 @@ class NotebookRunner(NotebookClient):
     def __init__(self, nb, name: str = "notebook", **kw):
         kw.setdefault("iopub_timeout", 15)
         kw.setdefault("raise_on_iopub_timeout", True)  # lost outputs fail loudly too
+        # the kernel is thrown away after the last cell: a graceful shutdown waited ~3 s per notebook
+        kw.setdefault("shutdown_kernel", "immediate")
         super().__init__(nb, **kw)
         self.notebook_name = name
         self.current_cell: int | None = None

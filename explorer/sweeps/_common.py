@@ -25,6 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer import costs
+from explorer._heap import new_objects_only
 from explorer.costs import hardware, noise
 from explorer.costs.split import utilisation
 from explorer.costs.timing import Measurement, Timer, measure
@@ -351,6 +352,11 @@ def measure_points(
 ) -> list[dict]:
     """Measure each point in order and return the rows. Out of memory, StopSweep, a set `stop` event
     or Ctrl-C end the sweep with a note in `notes`; the rows measured so far are kept."""
+    with new_objects_only():  # the collection after each point walks only what the sweep made
+        return _measure_in_turn(points, measure, notes, label, stop)
+
+
+def _measure_in_turn(points, measure, notes, label, stop) -> list[dict]:
     rows: list[dict] = []
     for point in points:
         if stop is not None and stop.is_set():

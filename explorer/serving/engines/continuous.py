@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from explorer._heap import new_objects_only
 from explorer.engine.settings import setting
 from explorer.serving.engines import Engine, Iteration, Knobs, check_lengths, register
 
@@ -129,7 +130,9 @@ class Continuous(Engine):
         sets config.is_causal per call, so no other forward may share the model meanwhile."""
         from explorer.model.sharing import exclusive_run
 
-        with exclusive_run(self.lm.model):
+        # transformers collects garbage twice per run (at stop, and when its batch processor is
+        # dropped, on return from _serve): inside new_objects_only those walk only the run's objects
+        with exclusive_run(self.lm.model), new_objects_only():
             return self._serve(requests, records, feeder, stop)
 
     def _serve(self, requests, records, feeder, stop) -> list:
@@ -322,7 +325,7 @@ def plain_throughput(lm, requests, knobs: ContinuousKnobs) -> dict:
     eng = Continuous(lm, knobs)
     gen, cfg = eng.configs()
     n = max(r.max_tokens for r in requests)
-    with exclusive_run(lm.model):
+    with exclusive_run(lm.model), new_objects_only():  # as the recorded run collects garbage
         lm.model.destroy_cached_continuous_batching_manager()
         t0 = time.perf_counter()
         out = lm.model.generate_batch(
