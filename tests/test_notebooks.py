@@ -61,6 +61,20 @@ def _params_cell(nb) -> int:
 
 # The scale CI runs a notebook at where its defaults teach at a larger one (the notebook says which).
 CI_SCALE = {
+    # the rungs the facts read (compile once, not twice; no slow torchao int8 on CPU), and on the
+    # 0.5B shape only the int8 rung beside eager: the whole ladder took ~70 s of CPU in CI
+    "10": {
+        "SMALL_RUNGS": [
+            "static",
+            "static+compile",
+            "bf16",
+            "int8:fbgemm",
+            "int4",
+            "prompt lookup",
+            "prefix cache",
+        ],
+        "BIG_RUNGS": ["int8:fbgemm"],
+    },
     # two values per axis, three repeats; the 0.5B shape (section 2b) only outside CI: its load
     # alone takes 30 s or more on a busy 2-core machine
     "12": {

@@ -152,10 +152,18 @@ def _dynamic_linear(module: nn.Module) -> bool:
     return callable(getattr(module, "weight", None)) and hasattr(module, "_packed_params")
 
 
-def _linear_weight(module: nn.Module) -> torch.Tensor | None:
-    """The weight of a matmul module (nn.Linear, a dynamic quantized Linear, GPT-2's Conv1D)."""
+def _unpacked(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A dynamic quantized Linear's (weight, bias), unpacked once: its weight() and bias() each
+    unpack both (fbgemm's linear_unpack copies the matrix; a 0.5B model took seconds per call)."""
+    return module._weight_bias()
+
+
+def _linear_weight(module: nn.Module, unpacked: dict | None = None) -> torch.Tensor | None:
+    """The weight of a matmul module (nn.Linear, a dynamic quantized Linear, GPT-2's Conv1D);
+    `unpacked` (id -> (weight, bias)) holds quantized modules already unpacked."""
     if _dynamic_linear(module):
-        return module.weight()
+        got = (unpacked or {}).get(id(module))
+        return (got or _unpacked(module))[0]
     if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
         return module.weight
     return None
@@ -174,15 +182,14 @@ def weight_inventory(model: nn.Module) -> dict:
             seen.add(id(p))
             count += p.numel()
             nbytes += tensor_bytes(p)
-    for m in model.modules():
-        if _dynamic_linear(m):
-            w, b = m.weight(), m.bias()
-            count += w.numel() + (b.numel() if b is not None else 0)
-            nbytes += tensor_bytes(w) + (tensor_bytes(b) if b is not None else 0)
-    return {"parameters": count, "bytes": nbytes, "linear_bytes": _linear_bytes(model)}
+    unpacked = {id(m): _unpacked(m) for m in model.modules() if _dynamic_linear(m)}
+    for w, b in unpacked.values():
+        count += w.numel() + (b.numel() if b is not None else 0)
+        nbytes += tensor_bytes(w) + (tensor_bytes(b) if b is not None else 0)
+    return {"parameters": count, "bytes": nbytes, "linear_bytes": _linear_bytes(model, unpacked)}
 
 
-def _linear_bytes(model: nn.Module) -> dict[str, float] | None:
+def _linear_bytes(model: nn.Module, unpacked: dict | None = None) -> dict[str, float] | None:
     from explorer.model.layout import LayoutError, layout
 
     try:
@@ -199,7 +206,7 @@ def _linear_bytes(model: nn.Module) -> dict[str, float] | None:
         n = b = 0
         for root in roots:
             for m in root.modules():
-                w = _linear_weight(m)
+                w = _linear_weight(m, unpacked)
                 if w is not None:
                     n += w.numel()
                     b += tensor_bytes(w)
