@@ -150,9 +150,8 @@ class WhyTab(Tab):
         mine = self.calibration is not None and model in self.calibration.models
         if not mine:  # nothing of another model's calibration shows (its bar neither)
             self.parts["why-calibrate-progress"].value = 0
-            self.parts[
-                "why-calibration-text"
-            ].value = "No calibration for this model yet: predictions are the plain roofline bound."
+            text = "No calibration for this model yet: predictions are the plain roofline bound."
+            self.parts["why-calibration-text"].value = text
 
     # --- views ---
 
