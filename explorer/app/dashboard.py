@@ -18,7 +18,6 @@ explorer.app.stepping; this module is the shell around it: settings, sessions, t
 
 from __future__ import annotations
 
-import collections
 from dataclasses import replace as dc_replace
 
 import ipywidgets as W
@@ -72,7 +71,7 @@ class Dashboard(SteppingPanel):
     ):
         self.models = ModelCache(shared, allowed_models)
         self.measure_peaks = measure_peaks
-        self.player = Player(self, play_max_tokens_per_s, play_render_interval_s)
+        self._init_stepping(Player(self, play_max_tokens_per_s, play_render_interval_s))
         if lm is not None:
             self.models.add(lm)
         name = model or (lm.info.name if lm is not None else self.models.default())
@@ -85,13 +84,9 @@ class Dashboard(SteppingPanel):
             max_new_tokens=max_new_tokens,
         )
         sampling = sampling or DEFAULT_SAMPLING
-        self.selected: int | None = None  # the step the distribution shows; None = the latest
-        self.color_by = "prob"
         self.earlier: tuple[list, bool] | None = None  # (steps, use_cache) before a cache toggle
-        self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step, s, s)
         self._quiet = False  # True while the code itself writes control values
         self.peak_meter = PeakMeter(measure_peaks)
-        self._ceilings_shown = False
 
         self._fallback_note = ""
         self.session = self._first_session(sampling, explicit=model is not None or lm is not None)

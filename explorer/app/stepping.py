@@ -8,6 +8,7 @@ action is one call into the engine (session.step(), fork/rewind/choose) and then
 
 from __future__ import annotations
 
+import collections
 import time
 
 import ipywidgets as W
@@ -26,6 +27,14 @@ class SteppingPanel:
     buttons and tab list; explorer.app.dashboard.Dashboard builds it in _build_widgets)."""
 
     # --- building the panel ------------------------------------------------------------------------
+
+    def _init_stepping(self, player) -> None:
+        """The panel's state: Play's runner, the step in view, the colouring, the timings."""
+        self.player = player  # explorer.app.play.Player: Play's background loop
+        self.selected: int | None = None  # the step the distribution shows; None = the latest
+        self.color_by = "prob"
+        self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step, s, s)
+        self._ceilings_shown = False  # the tabs were told the machine's peaks
 
     def _build_stepping(self) -> None:
         """The panel's own widgets: Step, Play, Pause, Rewind, Reset, the step count, the colouring

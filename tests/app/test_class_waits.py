@@ -182,10 +182,8 @@ def test_redraw_removes_what_the_new_figure_lacks():
 
 
 def test_a_new_model_shows_no_calibration_progress_of_another(dash, small):
-    why = dash.tab("why")
-    why.progress.max, why.progress.value = (
-        4,
-        4,
-    )  # as a finished calibration of another model leaves it
+    why, progress = dash.tab("why"), dash.parts["why-calibrate-progress"]
+    progress.max, progress.value = 4, 4  # as a finished calibration of another model leaves it
     why.session_changed()
-    assert why.progress.value == 0 and "No calibration for this model" in why.calibration_text.value
+    text = dash.parts["why-calibration-text"].value
+    assert progress.value == 0 and "No calibration for this model" in text
