@@ -5,7 +5,8 @@ A tab is a class registered with @register(order): the dashboard builds every re
 under `tab.title`, merges `tab.parts` into dash.parts (names -> widgets, CSS class ie-<name>), asks
 `export_figures()` for what Export offers, and calls the hooks below. A new tab is one new module
 here: a `build(...) -> (widget, parts)` function lays out its controls, the Tab class wires them,
-and every run it starts goes through one explorer.app.runner.Runner. Tabs use the dashboard's public methods only (session, guard, load_model, model_names, ...).
+and every run it starts goes through one explorer.app.runner.Runner. Tabs use the dashboard's
+public methods only (session, guard, load_model, model_names, ...).
 """
 
 from __future__ import annotations
