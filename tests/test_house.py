@@ -365,3 +365,46 @@ def _class_names() -> dict[str, list[str]]:
 def test_no_two_classes_share_a_name():
     dups = {name: where for name, where in _class_names().items() if len(where) > 1}
     assert not dups, f"classes of the same name (name each for what it holds): {dups}"
+
+
+def _private_uses(source: str, attr: str | None = None) -> list[str]:
+    """Another object's private attributes a module reads (x._name, not self._name nor dunders);
+    attr: only that one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") or (attr is not None and node.attr != attr):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        found.append(f"{ast.unparse(node.value)}.{node.attr}")
+    return found
+
+
+def test_tabs_are_builders_and_only_the_runner_starts_their_threads():
+    modules = sorted((PKG / "app" / "tabs").glob("*.py"))
+    tabs = {p.name: "threading.Thread(" in p.read_text() for p in modules}
+    assert tabs and not any(tabs.values()), f"a tab starts its own thread (use Runner): {tabs}"
+    builders = {  # every tab module lays its page out in a build() -> (widget, parts)
+        p.name: any(
+            isinstance(n, ast.FunctionDef) and n.name == "build"
+            for n in ast.parse(p.read_text()).body
+        )
+        for p in modules
+        if p.name != "__init__.py"
+    }
+    assert len(builders) >= 10 and all(builders.values()), builders
+    assert "threading.Thread(" in (PKG / "app" / "runner.py").read_text()
+
+
+def test_private_state_is_read_by_its_owner_only():
+    assert _private_uses("a._last + self._last + b.__class__ + c._x", "_last") == ["a._last"]
+    last = {
+        str(p.relative_to(ROOT)): _private_uses(p.read_text(), "_last")
+        for p in _modules()
+        if p.name != "session.py"
+    }
+    assert not {k: v for k, v in last.items() if v}, "Session._last read outside the Session"
+    pays = {p.name: _private_uses(p.read_text()) for p in (PKG / "sweeps" / "pays").glob("*.py")}
+    assert not {k: v for k, v in pays.items() if v}, f"pays reads private attributes: {pays}"

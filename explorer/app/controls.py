@@ -26,11 +26,10 @@ def tagged(widget: W.Widget, name: str) -> W.Widget:
     return widget
 
 
-def stop_button(name: str, tooltip: str, on_click) -> W.Button:
-    """A background run's Stop button (off until the run starts), tagged ie-<name>."""
-    button = tagged(W.Button(description="Stop", icon="stop", disabled=True, tooltip=tooltip), name)
-    button.on_click(lambda _: on_click())
-    return button
+def stop_button(name: str, tooltip: str) -> W.Button:
+    """A background run's Stop button (off until the run starts; its Runner wires the click),
+    tagged ie-<name>."""
+    return tagged(W.Button(description="Stop", icon="stop", disabled=True, tooltip=tooltip), name)
 
 
 SESSION_WIDGETS = {

@@ -18,7 +18,6 @@ explorer.app.stepping; this module is the shell around it: settings, sessions, t
 
 from __future__ import annotations
 
-import collections
 from dataclasses import replace as dc_replace
 
 import ipywidgets as W
@@ -71,9 +70,8 @@ class Dashboard(SteppingPanel):
         play_max_tokens_per_s: float | None = 30.0,
     ):
         self.models = ModelCache(shared, allowed_models)
-        self.shared, self.allowed_models = self.models.shared, self.models.allowed
         self.measure_peaks = measure_peaks
-        self.player = Player(self, play_max_tokens_per_s, play_render_interval_s)
+        self._init_stepping(Player(self, play_max_tokens_per_s, play_render_interval_s))
         if lm is not None:
             self.models.add(lm)
         name = model or (lm.info.name if lm is not None else self.models.default())
@@ -86,24 +84,15 @@ class Dashboard(SteppingPanel):
             max_new_tokens=max_new_tokens,
         )
         sampling = sampling or DEFAULT_SAMPLING
-        self.selected: int | None = None  # the step the distribution shows; None = the latest
-        self.color_by = "prob"
         self.earlier: tuple[list, bool] | None = None  # (steps, use_cache) before a cache toggle
-        self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step, s, s)
         self._quiet = False  # True while the code itself writes control values
         self.peak_meter = PeakMeter(measure_peaks)
-        self._ceilings_shown = False
 
         self._fallback_note = ""
         self.session = self._first_session(sampling, explicit=model is not None or lm is not None)
         self.guard: Guard  # set in _build_widgets
         self._build_widgets(sampling)
         self._warm_peaks()
-
-    @property
-    def _models(self) -> dict[str, LoadedModel]:
-        """The loaded models by name (explorer.app.models.ModelCache.loaded)."""
-        return self.models.loaded
 
     # --- construction ------------------------------------------------------------------------------
 
@@ -113,7 +102,7 @@ class Dashboard(SteppingPanel):
         try:
             return self._build_session(self.run_settings, sampling)  # raises: nothing to keep yet
         except ModelNotFoundError as err:
-            if explicit or self.shared:
+            if explicit or self.models.shared:
                 raise
             missing = str(err).splitlines()[0]
             self.run_settings = dc_replace(self.run_settings, model=FALLBACK_MODEL)
@@ -136,9 +125,8 @@ class Dashboard(SteppingPanel):
         self.guard = Guard(self.message, on_finish=self._refresh_controls)
         self.sampling_parts = controls.sampling_controls(sampling)
         self.run_parts = controls.session_controls(
-            self.model_names(), self.run_settings, free_text=not self.shared
+            self.model_names(), self.run_settings, free_text=not self.models.shared
         )
-        self.button_parts = controls.buttons()
         self._build_stepping()
         self._build_tabs()
         self._wire()
@@ -152,10 +140,6 @@ class Dashboard(SteppingPanel):
         self.tab_list = []  # filled in order: a tab sees those before it (Export lists their charts)
         for cls in tabs.registered():
             self.tab_list.append(cls(self))
-        self.latency, self.traffic, self.roofline = (
-            self.tab(n).chart for n in ("latency", "traffic", "roofline")
-        )
-        self.sweeps, self.speculative = self.tab("sweeps"), self.tab("speculative")
         self.tabs = W.Tab(
             children=[_with_about(t) for t in self.tab_list],
             titles=[t.title for t in self.tab_list],
@@ -185,21 +169,12 @@ class Dashboard(SteppingPanel):
 
     def _layout(self) -> None:
         side = controls.side_panel(self.run_parts, self.sampling_parts)
-        self.strip_box = W.VBox(
-            [self.noise_note, self.strip_text.widget, self.strip.fig],
-            layout=W.Layout(width="100%"),
-        )
-        self.strip_box.add_class("ie-strip")
-        bar = self._stepping_bar()
-        main = W.VBox(
-            [bar, self.strip_box, self.dist.widget], layout=W.Layout(flex="1 1 auto", min_width="0")
-        )
         self.widget = W.VBox(
             [
                 W.HTML(controls.PAGE_CSS),
                 self.liveness,
                 self.message,
-                W.HBox([side, main], layout=W.Layout(width="100%")),
+                W.HBox([side, self._stepping_panel()], layout=W.Layout(width="100%")),
                 self.tabs,
             ],
             layout=W.Layout(width="100%"),
@@ -208,30 +183,15 @@ class Dashboard(SteppingPanel):
         self.parts: dict[str, W.Widget] = {
             **self.run_parts,
             **self.sampling_parts,
-            **self.button_parts,
+            **self.stepping_parts(),
             "message": self.message,
             "liveness": self.liveness,
-            "strip": self.strip_box,
-            "strip-text": self.strip_text.widget,
-            "noise-note": self.noise_note,
-            "strip-chart": self.strip.fig,
-            "step-count": self.step_count,
-            "color-by": self.color_toggle,
-            "inspect": self.inspect,
-            "dist": self.dist.fig,
-            "dist-title": self.dist.title,
             "tabs": self.tabs,
         }
         for t in self.tab_list:
             self.parts.update(t.parts)
 
     def _wire(self) -> None:
-        g, buttons = self.guard, self.button_parts
-        buttons["step"].on_click(g.action("Step", lambda _: self.step()))
-        buttons["play"].on_click(lambda _: self.play())
-        buttons["pause"].on_click(lambda _: self.pause())
-        buttons["rewind"].on_click(g.action("Rewind", lambda _: self.rewind()))
-        buttons["reset"].on_click(g.action("Reset", lambda _: self.reset()))
         for widget in self.sampling_parts.values():
             widget.observe(self._on_sampling, names="value")
         for widget in self.run_parts.values():
@@ -389,13 +349,7 @@ class Dashboard(SteppingPanel):
 
     def _refresh_controls(self) -> None:
         busy = self.guard.busy is not None
-        playing = busy and self.guard.busy == "Play"
-        stopped = self.session.done
-        for name in ("step", "rewind", "reset"):
-            self.button_parts[name].disabled = busy
-        self.button_parts["step"].disabled = busy or stopped
-        self.button_parts["play"].disabled = busy or stopped
-        self.button_parts["pause"].disabled = not playing
+        self._refresh_stepping()
         for widget in self.run_parts.values():
             widget.disabled = busy
         for t in self.tab_list:

@@ -8,6 +8,7 @@ action is one call into the engine (session.step(), fork/rewind/choose) and then
 
 from __future__ import annotations
 
+import collections
 import time
 
 import ipywidgets as W
@@ -27,9 +28,18 @@ class SteppingPanel:
 
     # --- building the panel ------------------------------------------------------------------------
 
+    def _init_stepping(self, player) -> None:
+        """The panel's state: Play's runner, the step in view, the colouring, the timings."""
+        self.player = player  # explorer.app.play.Player: Play's background loop
+        self.selected: int | None = None  # the step the distribution shows; None = the latest
+        self.color_by = "prob"
+        self.timings: collections.deque = collections.deque(maxlen=5000)  # (kind, step, s, s)
+        self._ceilings_shown = False  # the tabs were told the machine's peaks
+
     def _build_stepping(self) -> None:
-        """The panel's own widgets: the step count, the colouring toggle, the step inspector, the
-        token strip (text and chart) and the distribution."""
+        """The panel's own widgets: Step, Play, Pause, Rewind, Reset, the step count, the colouring
+        toggle, the step inspector, the token strip (text and chart) and the distribution."""
+        self.button_parts = controls.buttons()
         self.step_count = W.HTML(value="step 0")
         self.step_count.add_class("ie-step-count")
         self.color_toggle = W.ToggleButtons(
@@ -61,6 +71,45 @@ class SteppingPanel:
         self.dist = Distribution()
         self.dist.show(None, None)
 
+    def _stepping_panel(self) -> W.VBox:
+        """The panel laid out: the bar of buttons, the strip (its note, text and chart), the
+        distribution."""
+        self.strip_box = W.VBox(
+            [self.noise_note, self.strip_text.widget, self.strip.fig],
+            layout=W.Layout(width="100%"),
+        )
+        self.strip_box.add_class("ie-strip")
+        return W.VBox(
+            [self._stepping_bar(), self.strip_box, self.dist.widget],
+            layout=W.Layout(flex="1 1 auto", min_width="0"),
+        )
+
+    def stepping_parts(self) -> dict[str, W.Widget]:
+        """The panel's parts by name (CSS class ie-<name>)."""
+        return {
+            **self.button_parts,
+            "strip": self.strip_box,
+            "strip-text": self.strip_text.widget,
+            "noise-note": self.noise_note,
+            "strip-chart": self.strip.fig,
+            "step-count": self.step_count,
+            "color-by": self.color_toggle,
+            "inspect": self.inspect,
+            "dist": self.dist.fig,
+            "dist-title": self.dist.title,
+        }
+
+    def _refresh_stepping(self) -> None:
+        """The buttons' state: all off while a run is busy (Pause on while Play runs); Step and
+        Play off once the session has stopped."""
+        busy = self.guard.busy is not None
+        buttons, stopped = self.button_parts, self.session.done
+        for name in ("step", "rewind", "reset"):
+            buttons[name].disabled = busy
+        buttons["step"].disabled = busy or stopped
+        buttons["play"].disabled = busy or stopped
+        buttons["pause"].disabled = not (busy and self.guard.busy == "Play")
+
     def _stepping_bar(self) -> W.HBox:
         """The row above the strip: Step, Play, Pause, Rewind, Reset, the count and the toggles."""
         buttons = self.button_parts
@@ -79,8 +128,13 @@ class SteppingPanel:
         )
 
     def _wire_stepping(self) -> None:
-        """The panel's callbacks: the toggles, a click on the strip, a click on a bar."""
-        g = self.guard
+        """The panel's callbacks: the buttons, the toggles, a click on the strip, on a bar."""
+        g, buttons = self.guard, self.button_parts
+        buttons["step"].on_click(g.action("Step", lambda _: self.step()))
+        buttons["play"].on_click(lambda _: self.play())
+        buttons["pause"].on_click(lambda _: self.pause())
+        buttons["rewind"].on_click(g.action("Rewind", lambda _: self.rewind()))
+        buttons["reset"].on_click(g.action("Reset", lambda _: self.reset()))
         self.color_toggle.observe(
             lambda ch: (
                 self._quiet or g.call("Colouring", self.set_color_by, ch["new"], while_busy=True)

@@ -54,14 +54,7 @@ class PrefixCache:
     def from_session(cls, session, ids: list[int]) -> PrefixCache:
         """The prefix `ids` from a Session whose cache already holds their KV (row 0): copied and
         cropped, nothing recomputed (build_s = 0)."""
-        held = session._cache.get_seq_length() if session._cache is not None else 0
-        if held < len(ids):
-            raise ValueError(f"the session's cache holds {held} positions, fewer than {len(ids)}")
-        cache = crop_cache(copy_cache(session._cache), len(ids))
-        if session.batch_size > 1:
-            with torch.inference_mode():
-                cache.batch_select_indices(torch.tensor([0], device=session.device))
-        return cls._of(_owner(session.lm), ids, cache)
+        return cls._of(_owner(session.lm), ids, session.cache_head(len(ids)))
 
     def head(self, n: int) -> PrefixCache:
         """The first n tokens of this prefix, as a prefix cache of their own (a copy)."""
@@ -165,7 +158,7 @@ def prefix_benchmark(
         return s
 
     a, b = first(True), first(False)  # warm-up, and the logits compared
-    diff = float((a._last[1] - b._last[1]).abs().max())
+    diff = float((a.last_logits - b.last_logits).abs().max())
     times = alternate(
         {"plain": lambda: first(False), "cached": lambda: first(True)}, repeats, lm.device
     )

@@ -2,7 +2,10 @@
 
 During a Session step, `capture(model)` hooks every router of a mixture-of-experts model (a
 context manager: the hooks are removed in `finally`) and keeps a reference to each router's
-choice; after the pass `record()` turns them into a plain dict stored on the Step (`step.routing`):
+choice; after the pass `record(choices=False)` keeps the experts each layer touched and their load
+on the Step (`step.routing`: the step's cost counts the expert weights it read). Each token's own
+choice is fetched on demand, as attention is: Session.routing(step) replays the step with the
+routers hooked and `record()` gives the whole dict:
 
     {"tokens": T,                           # tokens routed per layer (batch rows x tokens fed)
      "tokens_kept": t,                      # tokens whose choices are listed (<= MAX_TOKENS_KEPT)
@@ -10,6 +13,7 @@ choice; after the pass `record()` turns them into a plain dict stored on the Ste
      "layers": [{"layer": i,                # decoder layer index
                  "touched": [expert ids], "load": [tokens per touched expert],
                  "experts": [[k ids] per kept token], "weights": [[k weights] per kept token]}]}
+                                            # (tokens_kept, experts, weights: on demand only)
 
 Token t is row t // tokens_fed, position t % tokens_fed of the fed tokens (left padding included:
 a pad token is routed, and its experts are read, like any other). The weights are the router's own
@@ -66,14 +70,23 @@ class Capture:
 
         return keep
 
-    def record(self, max_tokens: int = MAX_TOKENS_KEPT) -> dict[str, Any] | None:
-        """This pass's routing as plain data (the module docstring); None if a router was missed."""
+    def record(self, max_tokens: int = MAX_TOKENS_KEPT, choices: bool = True) -> dict | None:
+        """This pass's routing as plain data (the module docstring); None if a router was missed.
+        choices=False: the experts touched and their load only (what a Session step keeps), not
+        each token's experts and weights (Session.routing(step) fetches those on demand)."""
         if set(self.chosen) != set(self.layers):
             return None
         chosen = [self.chosen[i] for i in self.layers]
         tokens = int(chosen[0][0].shape[0])
         # every layer routes the same tokens: one transfer to the host for all the layers together
         ids = torch.stack([c[0].reshape(tokens, -1) for c in chosen]).cpu()  # [layers, T, k]
+        if not choices:
+            layers = [_touched(i, ids[n]) for n, i in enumerate(self.layers)]
+            return {
+                "tokens": tokens,
+                "experts_touched": [len(r["touched"]) for r in layers],
+                "layers": layers,
+            }
         weights = torch.stack([c[1].reshape(tokens, -1)[:max_tokens] for c in chosen])
         weights = weights.float().cpu()  # [layers, min(T, kept), k]
         layers = [
@@ -87,13 +100,16 @@ class Capture:
         }
 
 
+def _touched(layer: int, ids) -> dict[str, Any]:
+    """One layer's experts touched and the tokens each got, from host ids [T, k]."""
+    touched, load = ids.unique(return_counts=True)
+    return {"layer": layer, "touched": touched.tolist(), "load": load.tolist()}
+
+
 def _layer_record(layer: int, ids, kept, max_tokens: int) -> dict[str, Any]:
     """One layer's record from host tensors: ids [T, k], kept (the listed tokens' weights) [t, k]."""
-    touched, load = ids.unique(return_counts=True)
     return {
-        "layer": layer,
-        "touched": touched.tolist(),
-        "load": load.tolist(),
+        **_touched(layer, ids),
         "experts": ids[:max_tokens].tolist(),
         "weights": [[round(w, 6) for w in row] for row in kept.tolist()],
     }
@@ -149,6 +165,17 @@ def routing_of(trace, step: int | None = None) -> dict[str, Any]:
         else "no step here recorded its routing (compiled or speculative passes do not)"
     )
     return out | {"message": message, "layers": layers, "steps": rows, "load": load}
+
+
+def with_choices(out: dict[str, Any], replayed: dict[str, Any] | None) -> dict[str, Any]:
+    """routing_of(trace, step) with the step's per-token choices from a replay of it (a
+    Capture.record() of the same pass): its row's layers then list each token's experts and
+    weights. None (a router missed): unchanged."""
+    if replayed is None or out["dense"]:
+        return out
+    row = out["steps"][0] | replayed
+    layers = out["layers"] or [r["layer"] for r in replayed["layers"]]
+    return out | {"steps": [row], "layers": layers, "message": None}
 
 
 def _one_step(steps: list, step: int):

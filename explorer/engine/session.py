@@ -226,6 +226,22 @@ class Session(StepViews, StepRecorder):
         """Row 0's generated text."""
         return self._decode(self.tokens)
 
+    @property
+    def last_logits(self) -> torch.Tensor | None:
+        """The raw logits [B, V] of the latest step (None before the first step, after rewind)."""
+        return None if self._last is None else self._last[1]
+
+    def cache_head(self, n: int):
+        """A copy of the KV cache's first n positions, row 0 only (ValueError: it holds fewer)."""
+        held = cache_length(self._cache) if self._cache is not None else 0
+        if held < n:
+            raise ValueError(f"the session's cache holds {held} positions, fewer than {n}")
+        cache = crop_cache(copy_cache(self._cache), n)
+        if self.batch_size > 1:
+            with torch.inference_mode():
+                cache.batch_select_indices(torch.tensor([0], device=self.device))
+        return cache
+
     def step(self) -> Step:
         """Run exactly one forward pass and return its Step (raises SessionDone once stopped)."""
         return self._step(forced=None)
@@ -452,7 +468,7 @@ class Session(StepViews, StepRecorder):
                 self.lm.model, feed, self._cache, mask, last_only=True, fn=fn
             )
         self._recompiles = None if fn is None else graphs_compiled() - before
-        self._routing_now = None if routers is None else routers.record()  # MoE: Step.routing
+        self._routing_now = None if routers is None else routers.record(choices=False)  # MoE
         return logits[:, -1]  # [B, V]
 
     def _compiled_fn(self, feed: torch.Tensor, mask: torch.Tensor | None):

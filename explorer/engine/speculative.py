@@ -102,14 +102,15 @@ class SpeculativeSession(AcceptanceRule):
     """Speculative decoding step by step: each step() is one round (see the module docstring).
 
     SpeculativeSession(target, draft, prompt, sampling=Sampling(), *, k=4, top_n=20, max_new_tokens=None,
-    adaptive=False, k_max=None, record_steps=True, stop_at_eos=True)
+    adaptive=False, k_max=None, record_steps=True, stop_at_eos=True, peaks=None)
 
     draft: a LoadedModel that shares the target's tokenizer, or PromptLookup(ngram) (no model).
 
     prompt: a string (needs the target's tokenizer) or a list of token ids. With adaptive=True, k grows
     by 1 after a fully accepted round (up to k_max, default 2k) and shrinks by 1 after a rejection (down
     to 1); each Round records its k and k_next. record_steps=False skips the per-token Steps of the
-    Trace (the Rounds are always kept), for benchmarks and enumerations.
+    Trace (the Rounds are always kept), for benchmarks and enumerations. peaks: the machine's
+    Peaks the pass records use (None: measured on the first pass).
     """
 
     def __init__(
@@ -126,6 +127,7 @@ class SpeculativeSession(AcceptanceRule):
         k_max: int | None = None,
         record_steps: bool = True,
         stop_at_eos: bool = True,
+        peaks=None,
     ):
         self.lookup = draft if isinstance(draft, PromptLookup) else None
         if self.lookup is None:
@@ -154,7 +156,7 @@ class SpeculativeSession(AcceptanceRule):
         self._ids = list(self.prompt_ids)
         self._tcache: DynamicCache | None = None  # created by the prefill of round 0
         self._dcache: DynamicCache | None = None
-        self._peaks = None
+        self._peaks = peaks  # explorer.costs.hardware.Peaks (None: measured on the first pass)
         self._prefill_record: dict | None = None
         self._texts: dict[int, str] = {}
         dt = target.info.dtype

@@ -79,13 +79,20 @@ class StepViews:
             return attention(self.lm.model, self._replay(step), text=self._text)
 
     def routing(self, step: int | None = None) -> dict:
-        """Which experts each token was routed to, per step and MoE layer, the experts the batch
-        touched, and the load per expert over the trace (explorer.engine.routing); a dense model
-        says so ({"dense": True, "message": ...})."""
-        from explorer.engine.routing import routing_of
+        """Which experts each MoE layer touched, per step, and the load per expert over the trace
+        (explorer.engine.routing, recorded as each step ran); with `step`, also each token's
+        chosen experts and weights at that step, fetched on demand by replaying it with the
+        routers hooked (as attention; the session is unchanged). A dense model says so
+        ({"dense": True, "message": ...})."""
+        from explorer.engine.routing import capture, routing_of, with_choices
 
         with self._exclusive("routing()", wait=True):  # a step that runs ends first: one trace
-            return routing_of(self.trace, step)
+            out = routing_of(self.trace, step)
+            if step is None or out["dense"]:
+                return out
+            with capture(self.lm.model) as routers:
+                self._replay(step).run(self.lm.model, **self._last_only_kwargs())
+            return with_choices(out, routers.record() if routers is not None else None)
 
     def _replay(self, step: int | None):
         from explorer.engine.replay import replay_of

@@ -238,7 +238,7 @@ def _row(lm: LoadedModel, peaks, B: int, context_len: int, repeats: int, seed: i
     past = cache.get_seq_length()
     with capture(lm.model) as routers_seen:  # the router's choice, on an untimed pass
         forward(lm.model, feed, cache, last_only=True)
-    touched = routers_seen.record()["experts_touched"]
+    touched = routers_seen.record(choices=False)["experts_touched"]
     crop_cache(cache, past)
     timed = time_decode(
         lm.model, cache, feed, repeats=repeats, warmup=1, device=lm.device, tick=tick

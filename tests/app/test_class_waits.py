@@ -182,10 +182,54 @@ def test_redraw_removes_what_the_new_figure_lacks():
 
 
 def test_a_new_model_shows_no_calibration_progress_of_another(dash, small):
-    why = dash.tab("why")
-    why.progress.max, why.progress.value = (
-        4,
-        4,
-    )  # as a finished calibration of another model leaves it
+    why, progress = dash.tab("why"), dash.parts["why-calibrate-progress"]
+    progress.max, progress.value = 4, 4  # as a finished calibration of another model leaves it
     why.session_changed()
-    assert why.progress.value == 0 and "No calibration for this model" in why.calibration_text.value
+    text = dash.parts["why-calibration-text"].value
+    assert progress.value == 0 and "No calibration for this model" in text
+
+
+def test_the_runner_says_how_far_a_failed_run_came_and_marks_a_stopped_one_partial():
+    import threading
+    from types import SimpleNamespace
+
+    import ipywidgets as W
+
+    from explorer.app.guard import Guard
+    from explorer.app.runner import Runner
+
+    message, box = W.HTML(), W.Text()
+    tab = SimpleNamespace(runners=[], dash=SimpleNamespace())
+    guard = Guard(
+        message, on_finish=lambda: [r.set_busy(guard.busy is not None) for r in tab.runners]
+    )
+    tab.dash.guard = guard
+    stop = controls.stop_button("t-stop", "stop it")
+    runner = Runner(
+        tab, "The test run", controls=[box], stop=stop, progress=W.IntProgress(), unit="cells"
+    )
+    started = threading.Event()
+
+    def fails():
+        runner.tick(1, 3)
+        raise RuntimeError("cell 2 broke")
+
+    assert runner.start("Running…", fails)
+    runner.thread.join(10)
+    assert "The test run (after 1 of 3 cells) failed: RuntimeError: cell 2 broke" in message.value
+    assert guard.busy is None and not box.disabled and stop.disabled
+    assert runner.progress.value == 1 and runner.progress.max == 3
+
+    def until_stopped():
+        started.set()
+        assert runner.stop_event.wait(10)
+        runner.finished("2 cells kept")
+
+    assert runner.start("Running…", until_stopped, doing="The second run")
+    assert started.wait(10) and box.disabled and not stop.disabled  # Stop is on while it runs
+    assert not Runner(tab, "Another").start("x", fails)  # one run at a time: refused
+    assert "The second run is already running" in message.value
+    stop.click()
+    runner.thread.join(10)
+    assert "2 cells kept (partial: stopped, what finished is kept)" in message.value
+    assert "ie-message-info" in message.value and guard.busy is None and not box.disabled

@@ -101,23 +101,25 @@ def test_step_updates_strip_and_distribution(dash):
     assert "Hello there" in dash.parts["strip-text"].value
     dash.parts["step"].click()
     assert list(dash.strip.fig.data[0].x) == [0, 1]
-    assert list(trace_of(dash.latency.fig, "prefill").x) == [0]
-    assert list(trace_of(dash.latency.fig, "decode").y) == pytest.approx(
+    assert list(trace_of(dash.parts["latency"], "prefill").x) == [0]
+    assert list(trace_of(dash.parts["latency"], "decode").y) == pytest.approx(
         [dash.session.steps[1].latency_s * 1e3]
     )
-    assert len(trace_of(dash.traffic.fig, "KV cache").y) == 0  # hidden tab: nothing sent yet
+    assert len(trace_of(dash.parts["traffic"], "KV cache").y) == 0  # hidden tab: nothing sent yet
     dash.parts["tabs"].selected_index = 1  # Memory traffic: catches up in one message
-    assert list(trace_of(dash.traffic.fig, "KV cache").y) == pytest.approx(
+    assert list(trace_of(dash.parts["traffic"], "KV cache").y) == pytest.approx(
         [s.kv_cache_bytes / 1e6 for s in dash.session.steps]
     )
-    assert len(trace_of(dash.traffic.fig, "weights").y) == 2
+    assert len(trace_of(dash.parts["traffic"], "weights").y) == 2
     dash.parts["tabs"].selected_index = 2
-    assert len(trace_of(dash.roofline.fig, "decode").x) == 1
+    assert len(trace_of(dash.parts["roofline"], "decode").x) == 1
     dash.parts["step"].click()
-    assert len(trace_of(dash.roofline.fig, "decode").x) == 2  # the visible tab follows every step
     assert (
-        len(trace_of(dash.traffic.fig, "weights").y) == 2
-        and len(dash.traffic.buffers["weights"]["y"]) == 3
+        len(trace_of(dash.parts["roofline"], "decode").x) == 2
+    )  # the visible tab follows every step
+    assert (
+        len(trace_of(dash.parts["traffic"], "weights").y) == 2
+        and len(dash.tab("traffic").chart.buffers["weights"]["y"]) == 3
     )
     assert "Step 2" in dash.dist.title.value
     assert dash.guard.errors == [], dash.guard.errors
@@ -175,13 +177,13 @@ def test_rewind_restores_the_earlier_strip(dash):
     for _ in range(3):
         dash.parts["step"].click()
     strip_x, strip_text = list(dash.strip.fig.data[0].x), dash.parts["strip-text"].value
-    latency = list(trace_of(dash.latency.fig, "decode").y)
+    latency = list(trace_of(dash.parts["latency"], "decode").y)
     dash.parts["step"].click()
     assert dash.parts["strip-text"].value != strip_text
     dash.parts["rewind"].click()
     assert list(dash.strip.fig.data[0].x) == strip_x
     assert dash.parts["strip-text"].value == strip_text
-    assert list(trace_of(dash.latency.fig, "decode").y) == latency
+    assert list(trace_of(dash.parts["latency"], "decode").y) == latency
     assert len(dash.session.steps) == 3 and steps_taken(dash) == 3
     assert dash.session._cache.get_seq_length() == len(dash.session.trace.prompt_ids) + 3 - 1
     assert dash.guard.errors == [], dash.guard.errors
@@ -243,8 +245,10 @@ def test_views_stay_bounded_over_a_long_run(tiny):
     assert list(d.strip.fig.data[0].x)[-1] == 29
     assert d.parts["strip-text"].value.count('class="ie-tok"') == 10
     assert "[… 20 earlier tokens]" in d.parts["strip-text"].value
-    assert len(trace_of(d.latency.fig, "decode").x) == 29  # charts keep every step
-    assert isinstance(trace_of(d.latency.fig, "decode").y, np.ndarray)  # sent as binary buffers
+    assert len(trace_of(d.parts["latency"], "decode").x) == 29  # charts keep every step
+    assert isinstance(
+        trace_of(d.parts["latency"], "decode").y, np.ndarray
+    )  # sent as binary buffers
     assert d.guard.errors == [], d.guard.errors
 
 

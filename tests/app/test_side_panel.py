@@ -100,14 +100,17 @@ def test_cache_toggle_overlays_the_earlier_run(dash):
     cached = [s.latency_s * 1e3 for s in dash.session.steps]
     dash.parts["cache"].value = False
     assert dash.session.use_cache is False and dash.session.steps == []
-    earlier = dash.latency.fig.data[0]
+    earlier = dash.parts["latency"].data[0]
     assert earlier.name == "earlier run (cache on)" and list(earlier.y) == pytest.approx(cached)
     dash.parts["step"].click()
     dash.parts["step"].click()
     assert (
         dash.session.steps[1].tokens_fed == dash.session.steps[1].context_len
     )  # no cache: the whole sequence
-    assert len(trace_of(dash.latency.fig, "decode").x) == 1 and len(dash.latency.fig.data[0].y) == 3
+    assert (
+        len(trace_of(dash.parts["latency"], "decode").x) == 1
+        and len(dash.parts["latency"].data[0].y) == 3
+    )
     assert dash.guard.errors == [], dash.guard.errors
 
 
@@ -160,7 +163,7 @@ def test_shared_mode_offers_only_the_allow_list(tiny):
     d = Dashboard(
         lm=tiny, shared=True, allowed_models=["tiny", "bundled:draft"], measure_peaks=False
     )
-    assert d.shared and "model-custom" not in d.parts
+    assert d.models.shared and "model-custom" not in d.parts
     assert list(d.parts["model"].options) == ["tiny", "bundled:draft"]
     d.run_parts["model"].options = ["tiny", "arch:gpt2"]  # a tampered front end cannot load others
     d.parts["model"].value = "arch:gpt2"
@@ -173,7 +176,11 @@ def test_shared_mode_from_the_environment(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("EXPLORER_SHARED", "1")
     monkeypatch.setenv("EXPLORER_MODELS_CONFIG", str(config))
     d = Dashboard(lm=tiny, measure_peaks=False)
-    assert d.shared and d.allowed_models == ["tiny", "arch:gpt2"] and "model-custom" not in d.parts
+    assert (
+        d.models.shared
+        and d.models.allowed == ["tiny", "arch:gpt2"]
+        and "model-custom" not in d.parts
+    )
     monkeypatch.setenv("EXPLORER_SHARED", "0")
     monkeypatch.delenv("EXPLORER_MODELS_CONFIG")
-    assert not Dashboard(lm=tiny, measure_peaks=False).shared
+    assert not Dashboard(lm=tiny, measure_peaks=False).models.shared

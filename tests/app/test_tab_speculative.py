@@ -15,12 +15,12 @@ from explorer.model.loader import model_info
 def _speculative_dashboard(tiny, tiny_draft, k: int):
     """A dashboard over `tiny` whose Speculative tab drafts with `tiny_draft`, k tokens per round."""
     d = Dashboard(lm=tiny, prompt="abcd", measure_peaks=False, max_new_tokens=None)
-    d._models["tiny-draft"] = tiny_draft
-    spec = d.speculative
-    spec.draft.options = [*spec.draft.options, "tiny-draft"]
-    spec.draft.value = "tiny-draft"
-    spec.k.value = k
-    return d, spec
+    d.models.add(tiny_draft)
+    draft = d.parts["spec-draft"]
+    draft.options = [*draft.options, "tiny-draft"]
+    draft.value = "tiny-draft"
+    d.parts["spec-k"].value = k
+    return d, d.tab("speculative")
 
 
 def test_speculative_rounds_fill_the_charts(tiny, tiny_draft):
@@ -29,12 +29,12 @@ def test_speculative_rounds_fill_the_charts(tiny, tiny_draft):
     d.parts["spec-step"].click()
     rounds = spec.session.rounds
     assert len(rounds) == 2
-    cells = sum(len(t.x) for t in spec.rounds.fig.data if t.x is not None)
+    cells = sum(len(t.x) for t in d.parts["spec-rounds"].data if t.x is not None)
     assert cells == sum(len(r.drafts) + 1 for r in rounds)  # every draft plus the target's token
-    assert sum(spec.hist.data[0].y) == 2
-    alpha = trace_of(spec.alpha.fig, "running alpha (accepted / tested)").y[-1]
+    assert sum(d.parts["spec-hist"].data[0].y) == 2
+    alpha = trace_of(d.parts["spec-alpha"], "running alpha (accepted / tested)").y[-1]
     assert alpha == pytest.approx(spec.session.stats()["alpha"])
-    assert "2 rounds" in spec.status.value
+    assert "2 rounds" in d.parts["spec-status"].value
     assert d.guard.errors == [], d.guard.errors
     d.parts["spec-k"].value = 0
     d.parts["spec-step"].click()
@@ -46,8 +46,8 @@ def test_speculative_benchmark_runs_in_the_background(tiny, tiny_draft):
     d.parts["spec-bench"].click()
     assert d.parts["step"].disabled  # conflicting controls are off while it runs
     d.wait(120)
-    assert spec.progress.value == 2
-    measured = trace_of(spec.speedup, "measured (forward passes)")
+    assert d.parts["spec-progress"].value == 2
+    measured = trace_of(d.parts["spec-speedup"], "measured (forward passes)")
     assert list(measured.x) == [1, 2] and all(v > 0 for v in measured.y)
     assert "Benchmark done" in message(d) and not d.parts["step"].disabled
     assert d.guard.errors == [], d.guard.errors
@@ -58,25 +58,28 @@ def test_speculative_pair_mismatch_is_a_message(tiny):
     other = tiny_llama("other", seed=2)
     other.model.resize_token_embeddings(600)
     other.info = model_info(other.model, name="other", source="local", random_weights=True)
-    d._models["other"] = other
-    d.speculative.draft.options = [*d.speculative.draft.options, "other"]
-    d.speculative.draft.value = "other"
+    d.models.add(other)
+    d.parts["spec-draft"].options = [*d.parts["spec-draft"].options, "other"]
+    d.parts["spec-draft"].value = "other"
     d.parts["spec-step"].click()
-    assert "cannot pair" in message(d) and d.speculative.session is None
+    assert "cannot pair" in message(d) and d.tab("speculative").session is None
 
 
 def test_speculative_tab_drafts_by_prompt_lookup(tiny):
     from explorer.app.tabs.speculative import PROMPT_LOOKUP
 
     d = Dashboard(lm=tiny, prompt="5 6 7 8 5 6 7", measure_peaks=False, max_new_tokens=None)
-    spec = d.speculative
-    assert PROMPT_LOOKUP in spec.draft.options
-    spec.draft.value = PROMPT_LOOKUP
-    spec.k.value = 2
+    spec = d.tab("speculative")
+    assert PROMPT_LOOKUP in d.parts["spec-draft"].options
+    d.parts["spec-draft"].value = PROMPT_LOOKUP
+    d.parts["spec-k"].value = 2
     d.parts["spec-step"].click()
     first = spec.session.rounds[0]
     assert first.lookup == {"n": 3, "from": 3, "to": 5} and first.k == 2  # "5 6 7" seen: 8, 5
-    assert first.draft_passes == [] and "copied 2 ids from positions 3..4" in spec.status.value
+    assert (
+        first.draft_passes == []
+        and "copied 2 ids from positions 3..4" in d.parts["spec-status"].value
+    )
     d.parts["spec-bench"].click()
     assert "prompt lookup has none" in message(d) and d.guard.busy is None
     d.parts["spec-step"].click()

@@ -17,7 +17,7 @@ def test_sweep_runs_in_the_background_and_draws_its_table(dash):
     dash.parts["sweep-cache-run"].click()
     assert dash.parts["step"].disabled and dash.parts["sweep-batch-run"].disabled
     dash.wait(120)
-    df = dash.sweeps.frames["cache"]
+    df = dash.tab("sweeps").frames["cache"]
     on = trace_of(dash.parts["sweep-cache"], "cache on: per step (measured)")
     off = trace_of(dash.parts["sweep-cache"], "cache off: cumulative (measured)")
     assert list(on.x) == [0, 1, 2, 3] and list(on.y) == pytest.approx(
@@ -37,11 +37,11 @@ def test_sweep_runs_in_the_background_and_draws_its_table(dash):
 def test_batch_sweep_marks_the_modelled_knee(dash):
     dash.parts["sweep-repeats"].value = 1
     dash.parts["sweep-batch-sizes"].value = "1, 2"
-    dash.sweeps.start("batch")
+    dash.tab("sweeps").start("batch")
     dash.wait(120)
     chart = dash.parts["sweep-batch"]
     assert list(trace_of(chart, "total (measured)").x) == [1, 2]
-    knee = dash.sweeps.frames["batch"].attrs["knee_batch_modelled"]
+    knee = dash.tab("sweeps").frames["batch"].attrs["knee_batch_modelled"]
     if knee:
         assert len(chart.layout.shapes) == 1 and chart.layout.shapes[0].x0 == knee
         assert f"knee at B = {knee}" in chart.layout.title.text
@@ -55,7 +55,7 @@ def test_a_sweep_that_fails_halfway_keeps_the_chart(dash, monkeypatch):
 
     dash.parts["sweep-repeats"].value = 1
     dash.parts["sweep-cache-sizes"].value = "3"
-    dash.sweeps.start("cache")
+    dash.tab("sweeps").start("cache")
     dash.wait(120)
     before = list(trace_of(dash.parts["sweep-cache"], "cache on: per step (measured)").y)
 
@@ -81,10 +81,10 @@ def test_regime_map_sweep_takes_both_grids(dash):
     dash.parts["sweep-repeats"].value = 1
     dash.parts["sweep-regime-map-sizes"].value = "1, 2"
     dash.parts["sweep-regime-map-contexts"].value = "8, 16"
-    dash.sweeps.start("regime-map")
+    dash.tab("sweeps").start("regime-map")
     assert dash.parts["sweep-regime-map-contexts"].disabled
     dash.wait(120)
-    df = dash.sweeps.frames["regime-map"]
+    df = dash.tab("sweeps").frames["regime-map"]
     assert sorted(zip(df.batch, df.context_len)) == [(1, 8), (1, 16), (2, 8), (2, 16)]
     cells = sum(
         len(trace_of(dash.parts["sweep-regime-map"], f"{r}-bound (measured)").x)
@@ -92,6 +92,6 @@ def test_regime_map_sweep_takes_both_grids(dash):
     )
     assert cells == 4 and not dash.parts["sweep-regime-map-contexts"].disabled
     dash.parts["sweep-regime-map-contexts"].value = "eight"
-    assert not dash.sweeps.start(
+    assert not dash.tab("sweeps").start(
         "regime-map"
     ) and "context lengths must be a whole number" in message(dash)

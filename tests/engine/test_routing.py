@@ -47,7 +47,12 @@ def test_every_token_has_k_experts_whose_weights_sum_to_one(stepped):
     out = stepped.routing()
     assert not out["dense"] and out["num_experts"] == E and out["experts_per_token"] == K
     assert out["layers"] == [0, 1] and len(out["steps"]) == 3
-    for step in out["steps"]:
+    # a step keeps what it touched; each token's choice is fetched on demand (a replay of it)
+    assert all("experts" not in layer for s in stepped.trace.steps for layer in s.routing["layers"])
+    for i, recorded in enumerate(out["steps"]):
+        (step,) = stepped.routing(step=i)["steps"]
+        assert [r["touched"] for r in step["layers"]] == [r["touched"] for r in recorded["layers"]]
+        assert [r["load"] for r in step["layers"]] == [r["load"] for r in recorded["layers"]]
         tokens = step["batch"] * (5 if step["phase"] == "prefill" else 1)
         assert step["tokens"] == tokens == step["tokens_kept"]
         for layer in step["layers"]:
@@ -85,7 +90,7 @@ def test_unnormalised_router_weights_sum_below_one():
     lm = _tiny(norm_topk_prob=False)
     session = Session(lm, [PROMPTS[0]], max_new_tokens=1, roofline=False)
     session.step()
-    for layer in session.routing()["steps"][0]["layers"]:
+    for layer in session.routing(step=0)["steps"][0]["layers"]:
         for weights in layer["weights"]:
             assert 0 < sum(weights) < 1  # the k largest of E softmax probabilities
 

@@ -4,7 +4,9 @@ A tab is a class registered with @register(order): the dashboard builds every re
 `Tab(dash)`, shows `tab.about` (one line: what the tab shows and how to read it) above `tab.widget`
 under `tab.title`, merges `tab.parts` into dash.parts (names -> widgets, CSS class ie-<name>), asks
 `export_figures()` for what Export offers, and calls the hooks below. A new tab is one new module
-here. Tabs use the dashboard's public methods only (session, guard, load_model, model_names, ...).
+here: a `build(...) -> (widget, parts)` function lays out its controls, the Tab class wires them,
+and every run it starts goes through one explorer.app.runner.Runner. Tabs use the dashboard's
+public methods only (session, guard, load_model, model_names, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Tab:
         self.dash = dash
         self.parts: dict = {}
         self.widget = None
+        self.runners: list = []  # explorer.app.runner.Runner: the tab's background runs
 
     def figures(self) -> list:
         """Every figure the tab holds (synced before display, refitted when shown)."""
@@ -62,24 +65,13 @@ class Tab:
         """Bring figures up to date before they are exported or displayed."""
 
     def threads(self) -> list[threading.Thread | None]:
-        """Background threads the tab runs (dash.wait() joins them)."""
-        return []
+        """Background threads the tab runs (dash.wait() joins them): its runners'."""
+        return [r.thread for r in self.runners]
 
     def set_busy(self, busy: bool) -> None:
-        """Disable the tab's controls that conflict with a run in progress."""
-
-    def in_background(
-        self, message: str, target, *args, name: str, attr: str = "_thread"
-    ) -> threading.Thread:
-        """A tab's long action: say `message` (busy), keep the thread as self.<attr>, disable what
-        conflicts (set_busy, before the start: a run that fails at once re-enables the controls)
-        and run target(*args) on it, a daemon thread; the target ends with dash.guard.finish()."""
-        self.dash.guard.say(message, "busy")
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-        setattr(self, attr, thread)
-        self.set_busy(True)
-        thread.start()
-        return thread
+        """A run (any) started or ended: each runner disables what conflicts with it."""
+        for r in self.runners:
+            r.set_busy(busy)
 
 
 def register(order: int):

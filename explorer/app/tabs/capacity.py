@@ -61,6 +61,77 @@ def _shapes() -> list[str]:
 WEIGHT_DTYPES = ["bfloat16", "float16", "fp8"]  # the weights the what-if prices on a chip
 
 
+def build() -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    parts: dict = {}
+    box = labelled(parts, "cap", "105px")
+    shapes = _shapes()
+    default = "arch:llama-3.1-8b" if "arch:llama-3.1-8b" in shapes else shapes[0]
+    box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
+    box(W.Dropdown, "chip", "h100", "chip", options=_chips())
+    box(W.IntText, "gpus", 1, "GPUs (TP)")
+    parts["cap-replicas"] = control(deployment_specs()["replicas"], 1, "cap-replicas")
+    check = box(W.IntText, "check", check_prompts(), "requests / seed")
+    check.tooltip = (
+        "a rate is accepted only where runs of this many requests, one per seed, are "
+        "stable and meet the SLOs (8,000 by default; fewer: faster, less sure)"
+    )
+    box(W.Checkbox, "ep", False, "split experts (EP)", indent=False)
+    box(W.Dropdown, "dtype", "bfloat16", "dtype", "215px", options=WEIGHT_DTYPES)
+    box(W.IntText, "input", 512, "prompt tokens")
+    box(W.IntText, "output", 128, "output tokens")
+    box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
+    box(W.FloatText, "price", 2.5, "$ / GPU-hour")
+    fitted = whatif_defaults()
+    box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
+    box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
+    _buttons(parts, box)
+    parts["cap-answer"] = tagged(W.HTML(value=""), "cap-answer")
+    parts["cap-chart"] = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
+    parts["cap-chart"].add_class("ie-cap-chart")
+    parts["cap-comparison"] = tagged(W.HTML(value=""), "cap-comparison")
+    rows = (
+        ("model", "chip", "gpus", "replicas", "dtype"),
+        ("input", "output", "slos", "price", "check"),
+        ("bw-eff", "flop-eff", "ep", "run"),
+    )
+    widget = W.VBox(
+        [W.HBox([parts[f"cap-{n}"] for n in row]) for row in rows]
+        + [parts["cap-answer"], parts["cap-chart"]]
+        + [W.HBox([parts["cap-measured"], parts["cap-compare"]]), parts["cap-comparison"]]
+    )
+    widget.add_class("ie-capacity")
+    parts["capacity"] = widget
+    return widget, parts
+
+
+def _buttons(parts: dict, box) -> None:
+    """Run (the capacity search), the measured-result box and Compare."""
+    parts["cap-run"] = button(
+        "cap-run", "Run", "play", "primary", "simulate a range of request rates (modelled)"
+    )
+    box(W.Text, "measured", "", "measured JSON", "420px",
+        placeholder="a vllm bench serve --save-result file (or ours)")  # fmt: skip
+    parts["cap-compare"] = button(
+        "cap-compare",
+        "Compare",
+        "balance-scale",
+        tip="simulate that file's workload on this setup; show the error",
+        width=None,
+    )
+
+
+def busy(button, work) -> None:
+    """Run work() with `button` showing that it runs (a spinner, off), as the other tabs'
+    runs show theirs."""
+    label, icon = button.description, button.icon
+    button.description, button.icon, button.disabled = "Running…", "spinner", True
+    try:
+        work()
+    finally:
+        button.description, button.icon, button.disabled = label, icon, False
+
+
 @register(47)
 class CapacityTab(Tab):
     name, title = "capacity", "Capacity"
@@ -77,135 +148,50 @@ class CapacityTab(Tab):
     def __init__(self, dash):
         super().__init__(dash)
         self.rows: list[dict] = []
-
-        box = labelled(self.parts, "cap", "105px")
-
-        shapes = _shapes()
-        default = "arch:llama-3.1-8b" if "arch:llama-3.1-8b" in shapes else shapes[0]
-        self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
-        self.chip = box(W.Dropdown, "chip", "h100", "chip", options=_chips())
-        self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
-        self.replicas, self.check = self._deployment_controls(box)
-        self.expert_parallel = box(W.Checkbox, "ep", False, "split experts (EP)", indent=False)
-        self.dtype = box(W.Dropdown, "dtype", "bfloat16", "dtype", "215px", options=WEIGHT_DTYPES)
-        self.input_len = box(W.IntText, "input", 512, "prompt tokens")
-        self.output_len = box(W.IntText, "output", 128, "output tokens")
-        self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
-        self.price = box(W.FloatText, "price", 2.5, "$ / GPU-hour")
-        fitted = whatif_defaults()
-        self.bw_eff = box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
-        self.flop_eff = box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
-        self._buttons(box)
-        self.answer = tagged(W.HTML(value=""), "cap-answer")
-        self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
-        self.chart.add_class("ie-cap-chart")
-        self.comparison = tagged(W.HTML(value=""), "cap-comparison")
-        self.parts.update(
-            {
-                "cap-run": self.run_button,
-                "cap-answer": self.answer,
-                "cap-chart": self.chart,
-                "cap-compare": self.compare_button,
-                "cap-comparison": self.comparison,
-            }
-        )
-        self.widget = W.VBox(
-            [
-                W.HBox([self.model, self.chip, self.gpus, self.replicas, self.dtype]),
-                W.HBox([self.input_len, self.output_len, self.slos, self.price, self.check]),
-                W.HBox([self.bw_eff, self.flop_eff, self.expert_parallel, self.run_button]),
-                self.answer,
-                self.chart,
-                W.HBox([self.measured, self.compare_button]),
-                self.comparison,
-            ]
-        )
-        self.widget.add_class("ie-capacity")
-        self.parts["capacity"] = self.widget
-
-    def _buttons(self, box) -> None:
-        """Run (the capacity search), the measured-result box and Compare, wired to the guard."""
-        self.run_button = button(
-            "cap-run", "Run", "play", "primary", "simulate a range of request rates (modelled)"
-        )
-        self.compare_button = button(
-            "cap-compare",
-            "Compare",
-            "balance-scale",
-            tip="simulate that file's workload on this setup; show the error",
-            width=None,
-        )
-        self.run_button.on_click(
-            lambda _: self.dash.guard.call("the capacity run", self.busy, self.run_button, self.run)
-        )
-        self.measured = box(
-            W.Text,
-            "measured",
-            "",
-            "measured JSON",
-            "420px",
-            placeholder="a vllm bench serve --save-result file (or ours)",
-        )
-        self.compare_button.on_click(
-            lambda _: self.dash.guard.call(
-                "the comparison", self.busy, self.compare_button, self.compare
-            )
+        self.widget, self.parts = build()
+        p, g = self.parts, dash.guard
+        p["cap-run"].on_click(lambda _: g.call("the capacity run", busy, p["cap-run"], self.run))
+        p["cap-compare"].on_click(
+            lambda _: g.call("the comparison", busy, p["cap-compare"], self.compare)
         )
 
-    def _deployment_controls(self, box):
-        """The replicas (the declared Deployment setting) and the check runs' length."""
-        replicas = control(deployment_specs()["replicas"], 1, "cap-replicas")
-        self.parts["cap-replicas"] = replicas
-        check = box(W.IntText, "check", check_prompts(), "requests / seed")
-        check.tooltip = (
-            "a rate is accepted only where runs of this many requests, one per seed, are "
-            "stable and meet the SLOs (8,000 by default; fewer: faster, less sure)"
-        )
-        return replicas, check
+    def value(self, name: str):
+        """The value of the control cap-<name>."""
+        return self.parts[f"cap-{name}"].value
 
     def figures(self):
-        return [self.chart]
+        return [self.parts["cap-chart"]]
 
     def export_figures(self) -> dict:
-        return {"capacity": self.chart}
-
-    def busy(self, button, work) -> None:
-        """Run work() with `button` showing that it runs (a spinner, off), as the other tabs'
-        runs show theirs."""
-        label, icon = button.description, button.icon
-        button.description, button.icon, button.disabled = "Running…", "spinner", True
-        try:
-            work()
-        finally:
-            button.description, button.icon, button.disabled = label, icon, False
+        return {"capacity": self.parts["cap-chart"]}
 
     def set_busy(self, busy: bool) -> None:
-        self.run_button.disabled = self.compare_button.disabled = busy
+        self.parts["cap-run"].disabled = self.parts["cap-compare"].disabled = busy
 
     def compare(self) -> None:
         """The model's error against a measured result of the same setup: its workload (rate,
         request count, median lengths) simulated on the chosen chip and GPU count."""
         from explorer.serving.simulate.whatif import simulate_measured
 
-        path = self.measured.value.strip()
+        path = self.value("measured").strip()
         if not path:
             raise ValueError("give the path of a measured result JSON first")
         rows = simulate_measured(
             self._info(),
             path,
-            self.chip.value,
-            self.gpus.value,
-            bw_efficiency=self.bw_eff.value,
-            flop_efficiency=self.flop_eff.value,
-            dtype=self.dtype.value,
-            expert_parallel=self.expert_parallel.value,
+            self.value("chip"),
+            self.value("gpus"),
+            bw_efficiency=self.value("bw-eff"),
+            flop_efficiency=self.value("flop-eff"),
+            dtype=self.value("dtype"),
+            expert_parallel=self.value("ep"),
         )
         cells = "".join(
             f"<tr><td>{r['metric']}</td><td>{number(r['measured'])}</td>"
             f"<td>{number(r['simulated'])}</td><td>{pct(r['error_pct'], '+.1f')}</td></tr>"
             for r in rows
         )
-        self.comparison.value = (
+        self.parts["cap-comparison"].value = (
             f"<table style='font-size:11px'><tr><th>metric</th><th>measured</th>"
             f"<th>modelled</th><th>error</th></tr>{cells}</table>"
         )
@@ -214,55 +200,57 @@ class CapacityTab(Tab):
     def _info(self):
         from explorer.model.loader import arch_info
 
-        built = "bfloat16" if self.dtype.value == "fp8" else self.dtype.value
-        return arch_info(self.model.value, built)
+        built = "bfloat16" if self.value("dtype") == "fp8" else self.value("dtype")
+        return arch_info(self.value("model"), built)
 
     def run(self) -> None:
         """Simulate the curve and show the answer (errors go to the dashboard's message)."""
         from explorer.serving import parse_goodput
         from explorer.serving.simulate.capacity import capacity, curve
 
-        slos = parse_goodput(self.slos.value.strip() or None)
+        slos = parse_goodput(self.value("slos").strip() or None)
         for name, w, low in (
-            ("prompt tokens", self.input_len, 1),
-            ("output tokens", self.output_len, 2),
+            ("prompt tokens", self.parts["cap-input"], 1),
+            ("output tokens", self.parts["cap-output"], 2),
         ):
             if w.value < low:
                 raise ValueError(f"{name} must be >= {low}, got {w.value}")
-        replicas = self.replicas.value
+        replicas = self.value("replicas")
         why = deployment_specs()["replicas"].problem(replicas)
         if why:
             raise ValueError(f"replicas {why}")
-        if not isinstance(self.check.value, int) or self.check.value < 1:
-            raise ValueError(f"requests / seed must be a whole number >= 1, got {self.check.value}")
+        if not isinstance(self.value("check"), int) or self.value("check") < 1:
+            raise ValueError(
+                f"requests / seed must be a whole number >= 1, got {self.value('check')}"
+            )
         info = self._info()
         self.dash.guard.say(
-            f"Simulating {info.name} on {replicas} x {self.gpus.value} x {self.chip.value}…",
+            f"Simulating {info.name} on {replicas} x {self.value('gpus')} x {self.value('chip')}…",
             "busy",
         )
         setup = dict(
-            tp=self.gpus.value,
+            tp=self.value("gpus"),
             replicas=replicas,
-            input_len=self.input_len.value,
-            output_len=self.output_len.value,
+            input_len=self.value("input"),
+            output_len=self.value("output"),
             slos=slos,
-            bw_efficiency=self.bw_eff.value,
-            flop_efficiency=self.flop_eff.value,
-            dtype=self.dtype.value,
-            expert_parallel=self.expert_parallel.value,
+            bw_efficiency=self.value("bw-eff"),
+            flop_efficiency=self.value("flop-eff"),
+            dtype=self.value("dtype"),
+            expert_parallel=self.value("ep"),
         )
-        rows = curve(info, self.chip.value, **setup)
+        rows = curve(info, self.value("chip"), **setup)
         best = (
-            capacity(info, self.chip.value, check_prompts=self.check.value, **setup)
+            capacity(info, self.value("chip"), check_prompts=self.value("check"), **setup)
             if slos
             else None
         )
         self.rows = rows
-        plots.redraw(self.chart, plots.capacity_figure(rows, slos))
-        refit(self.chart)
+        plots.redraw(self.parts["cap-chart"], plots.capacity_figure(rows, slos))
+        refit(self.parts["cap-chart"])
         verdict = self._verdict(best, replicas)
         items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
-        self.answer.value = (
+        self.parts["cap-answer"].value = (
             f"<div>{verdict} (modelled)</div><details><summary>assumptions</summary>"
             f"<ul style='font-size:11px'>{items}</ul></details>{_published_html()}"
         )
@@ -279,7 +267,7 @@ class CapacityTab(Tab):
                 "faster chip or looser SLOs"
             )
         else:
-            cost = cost_per_million(best, self.gpus.value * replicas, self.price.value)
+            cost = cost_per_million(best, self.value("gpus") * replicas, self.value("price"))
             verdict = (
                 f"largest steady rate meeting the SLOs: <b>{best['largest_rate']:.3g} req/s</b> "
                 f"(utilization {best['utilization']:.2f} of the modelled capacity "
@@ -289,7 +277,8 @@ class CapacityTab(Tab):
                 f"of the whole run, first arrival to last finish, "
                 f"{best['request_goodput'] or 0:.3g} req/s), "
                 f"about <b>${cost:.3f} per million output tokens</b> at "
-                f"${self.price.value:g}/GPU-hour for {replicas * self.gpus.value} GPU(s); held on "
+                f"${self.value('price'):g}/GPU-hour for {replicas * self.value('gpus')} GPU(s); "
+                "held on "
                 f"{best['num_prompts']:,}-request runs with seeds "
                 f"{', '.join(str(r['seed']) for r in best['seed_runs'] or [])}"
             )

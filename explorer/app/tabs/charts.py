@@ -7,6 +7,11 @@ from explorer.app.tabs import Tab, register
 from explorer.app.views import LiveChart, figure_widget
 
 
+def build(name: str, fig) -> tuple[object, dict]:
+    """A chart tab's widget and its parts: the figure itself, under the tab's name."""
+    return fig, {name: fig}
+
+
 class ChartTab(Tab):
     """One live chart of the session's Steps; only the selected chart tab is sent data per step."""
 
@@ -15,8 +20,7 @@ class ChartTab(Tab):
     def __init__(self, dash):
         super().__init__(dash)
         self.chart = self.build_chart(dash)
-        self.widget = self.chart.fig
-        self.parts = {self.name: self.chart.fig}
+        self.widget, self.parts = build(self.name, self.chart.fig)
 
     def build_chart(self, dash) -> LiveChart:
         raise NotImplementedError

@@ -7,11 +7,30 @@ import time
 import ipywidgets as W
 
 from explorer import plots
+from explorer.app.controls import tagged
 from explorer.app.export import download_link, trace_csv, trace_json
 from explorer.app.tabs import Tab, register
 
 TRACE_CHOICES = ["trace JSON", "trace CSV"]
 PNG_CHARTS = ("step drawn", "operators roofline")  # also offered as PNG (chromium draws them)
+
+
+def build(choices: list[str]) -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    what = W.Dropdown(
+        options=choices, value="trace JSON", description="export", layout=W.Layout(width="300px")
+    )
+    button = W.Button(
+        description="Prepare download", icon="download", layout=W.Layout(width="auto")
+    )
+    parts = {
+        "export-what": tagged(what, "export-what"),
+        "export-button": tagged(button, "export-button"),
+        "export-links": tagged(W.HTML(value=""), "export-links"),
+    }
+    widget = W.VBox([W.HBox([what, button]), parts["export-links"]])
+    parts["export"] = tagged(widget, "export")
+    return widget, parts
 
 
 @register(90)
@@ -25,27 +44,11 @@ class ExportTab(Tab):
 
     def __init__(self, dash):
         super().__init__(dash)
-        self.what = W.Dropdown(
-            options=self._choices(),
-            value="trace JSON",
-            description="export",
-            layout=W.Layout(width="300px"),
+        self.widget, self.parts = build(self._choices())
+        self.what, self.links = self.parts["export-what"], self.parts["export-links"]
+        self.parts["export-button"].on_click(
+            dash.guard.action("Export", lambda _: self.prepare(), while_busy=True)
         )
-        self.button = W.Button(
-            description="Prepare download", icon="download", layout=W.Layout(width="auto")
-        )
-        self.button.add_class("ie-export-button")
-        self.links = W.HTML(value="")
-        self.links.add_class("ie-export-links")
-        self.widget = W.VBox([W.HBox([self.what, self.button]), self.links])
-        self.widget.add_class("ie-export")
-        self.button.on_click(dash.guard.action("Export", lambda _: self.prepare(), while_busy=True))
-        self.parts = {
-            "export": self.widget,
-            "export-button": self.button,
-            "export-links": self.links,
-            "export-what": self.what,
-        }
 
     def _choices(self) -> list[str]:
         names = list(self.dash.export_figures())

@@ -3,10 +3,11 @@
     Logit lens   the residual stream after each layer through the final norm and lm_head
     Attention    the newest token's attention over the context, per layer (mean / max over heads
                  or one head from the picker)
-    Routing      a mixture of experts: the router's choice per layer in the step (recorded as it
-                 ran: Session.routing()) and the experts the batch touched; the load per expert
-                 over the trace. A dense model says it is dense.
-The lens and attention replay the step once more with scoped hooks (nothing stays hooked after it); an architecture
+    Routing      a mixture of experts: the router's choice per layer in the step (fetched on demand:
+                 Session.routing(step) replays it with the routers hooked) and the experts the
+                 batch touched; the load per expert over the trace (recorded as each step ran).
+                 A dense model says it is dense.
+The views replay the step once more with scoped hooks (nothing stays hooked after it); an architecture
 that does not expose what they need says so in the message area, and the charts keep what they showed.
 """
 
@@ -26,6 +27,51 @@ ROUTING_CHARTS = (
 )
 
 
+CHARTS = (
+    ("inside-lens", plots.lens_figure),
+    ("inside-attention", plots.attention_figure),
+    *ROUTING_CHARTS,
+)
+
+
+def build() -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    parts: dict = {}
+    for name, builder in CHARTS:
+        parts[name] = figure_widget(builder)
+        parts[name].add_class(f"ie-{name}")
+    parts["inside-lens-run"] = button(
+        "inside-lens-run", "Logit lens", "layer-group", width=None,
+        tip="each layer's residual through the final norm and lm_head",
+    )  # fmt: skip
+    parts["inside-attention-run"] = button(
+        "inside-attention-run", "Attention", "eye", width=None,
+        tip="the newest token's attention over the context (one eager pass)",
+    )  # fmt: skip
+    parts["inside-head"] = tagged(
+        W.Dropdown(
+            options=HEAD_AGGREGATES,
+            value="mean",
+            description="heads",
+            layout=W.Layout(width="240px"),
+        ),
+        "inside-head",
+    )
+    parts["inside-routing-run"] = button(
+        "inside-routing-run", "Routing", "random", width=None,
+        tip="a mixture of experts: the experts each layer's router chose in this step",
+    )  # fmt: skip
+    parts["inside-text"] = tagged(W.HTML(), "inside-text")
+    row = ("inside-lens-run", "inside-attention-run", "inside-head", "inside-routing-run")
+    widget = W.VBox(
+        [W.HBox([parts[n] for n in row]), parts["inside-text"]]
+        + [parts[name] for name, _ in CHARTS]
+    )
+    widget.add_class("ie-inside")
+    parts["inside"] = widget
+    return widget, parts
+
+
 @register(36)
 class InsideTab(Tab):
     name, title = "inside", "Inside"
@@ -34,90 +80,45 @@ class InsideTab(Tab):
         "once more on the model (measured) with hooks that are removed after it. The logit lens "
         "shows each layer's best guess for the next token; attention shows which earlier tokens "
         "the newest one looks at. Routing (a mixture of experts) shows which experts each layer's "
-        "router chose in the step, as recorded when it ran, and the load per expert over the trace."
+        "router chose in the step, and the load per expert over the trace."
     )
 
     def __init__(self, dash):
         super().__init__(dash)
         self.lens: list[dict] | None = None
         self.att: dict | None = None
-        self.charts = {
-            "inside-lens": figure_widget(plots.lens_figure),
-            "inside-attention": figure_widget(plots.attention_figure),
-        }
-        for name, fig in self.charts.items():
-            fig.add_class(f"ie-{name}")
-        self.lens_button = button(
-            "inside-lens-run", "Logit lens", "layer-group", width=None,
-            tip="each layer's residual through the final norm and lm_head",
-        )  # fmt: skip
-        self.att_button = button(
-            "inside-attention-run", "Attention", "eye", width=None,
-            tip="the newest token's attention over the context (one eager pass)",
-        )  # fmt: skip
-        self.head = tagged(
-            W.Dropdown(
-                options=HEAD_AGGREGATES,
-                value="mean",
-                description="heads",
-                layout=W.Layout(width="240px"),
-            ),
-            "inside-head",
-        )
-        self.lens_button.on_click(lambda _: dash.guard.call("The logit lens", self.run_lens))
-        self.att_button.on_click(lambda _: dash.guard.call("Attention", self.run_attention))
-        self.head.observe(
-            lambda ch: dash.guard.call("Picking a head", self.show_attention, while_busy=True),
+        self.routing: dict | None = None
+        self.widget, self.parts = build()
+        p, g = self.parts, dash.guard
+        self.buttons = [p["inside-lens-run"], p["inside-attention-run"], p["inside-routing-run"]]
+        p["inside-lens-run"].on_click(lambda _: g.call("The logit lens", self.run_lens))
+        p["inside-attention-run"].on_click(lambda _: g.call("Attention", self.run_attention))
+        p["inside-routing-run"].on_click(lambda _: g.call("Routing", self.run_routing))
+        p["inside-head"].observe(
+            lambda ch: g.call("Picking a head", self.show_attention, while_busy=True),
             names="value",
         )
-        self.text = tagged(W.HTML(), "inside-text")
-        routing = self._build_routing(dash)
-        self.parts = {
-            **self.charts,
-            "inside-lens-run": self.lens_button,
-            "inside-attention-run": self.att_button,
-            "inside-head": self.head,
-            "inside-text": self.text,
-            **routing,
-        }
-        self.widget = W.VBox(
-            [
-                W.HBox([self.lens_button, self.att_button, self.head, self.routing_button]),
-                self.text,
-                self.charts["inside-lens"],
-                self.charts["inside-attention"],
-                self.charts["inside-routing"],
-                self.charts["inside-expert-load"],
-            ]
-        )
-        self.widget.add_class("ie-inside")
-        self.parts["inside"] = self.widget
 
     def figures(self):
-        return list(self.charts.values())
+        return [self.parts[name] for name, _ in CHARTS]
 
     def set_busy(self, busy: bool) -> None:
-        self.lens_button.disabled = busy
-        self.att_button.disabled = busy
-        self.routing_button.disabled = busy
+        for b in self.buttons:
+            b.disabled = busy
 
     def steps_reset(self, steps) -> None:
-        self.text.value = ""
+        self.parts["inside-text"].value = ""
 
     def session_changed(self) -> None:
         self.lens = self.att = self.routing = None
-        self.head.options = HEAD_AGGREGATES
-        for name, builder in (
-            ("inside-lens", plots.lens_figure),
-            ("inside-attention", plots.attention_figure),
-            *ROUTING_CHARTS,
-        ):
-            plots.redraw(self.charts[name], builder())
+        self.parts["inside-head"].options = HEAD_AGGREGATES
+        for name, builder in CHARTS:
+            plots.redraw(self.parts[name], builder())
 
     def run_lens(self) -> None:
         index = self.dash.shown_index()
         self.lens = self.dash.session.logit_lens(index)
-        plots.redraw(self.charts["inside-lens"], plots.lens_figure(self.lens))
+        plots.redraw(self.parts["inside-lens"], plots.lens_figure(self.lens))
         last = self.lens[-1]
         decided = next((r["layer"] for r in self.lens if r["rank_chosen"] == 0), None)
         where = (
@@ -130,7 +131,7 @@ class InsideTab(Tab):
                 else "the sampler drew it from further down)"
             )
         )
-        self.text.value = (
+        self.parts["inside-text"].value = (
             f"Step {'(pending)' if index is None else index}: the chosen token {where}; at the "
             f"last layer its probability is {last['prob_chosen']:.3f}."
         )
@@ -144,13 +145,14 @@ class InsideTab(Tab):
         index = self.dash.shown_index()
         self.att = self.dash.session.attention(index)
         heads = [(f"head {h}", h) for h in range(self.att["heads"])]
-        keep = self.head.value
-        self.head.options = [*HEAD_AGGREGATES, *heads]
-        self.head.value = keep if keep in ("mean", "max") or keep < self.att["heads"] else "mean"
+        head = self.parts["inside-head"]
+        keep = head.value
+        head.options = [*HEAD_AGGREGATES, *heads]
+        head.value = keep if keep in ("mean", "max") or keep < self.att["heads"] else "mean"
         self.show_attention()
         sink = self.att.get("sink") or []
         share = sum(sink) / len(sink) if sink else None
-        self.text.value = (
+        self.parts["inside-text"].value = (
             f"Step {'(pending)' if index is None else index}: {len(self.att['positions'])} positions"
             + (
                 f"; on average {100 * share:.0f}% of each layer's attention goes to the first "
@@ -165,42 +167,27 @@ class InsideTab(Tab):
     def show_attention(self) -> None:
         if self.att is not None:
             plots.redraw(
-                self.charts["inside-attention"], plots.attention_figure(self.att, self.head.value)
+                self.parts["inside-attention"],
+                plots.attention_figure(self.att, self.parts["inside-head"].value),
             )
 
-    # --- a mixture of experts: the router's choice (recorded during the step, nothing replayed) ---
-
-    def _build_routing(self, dash) -> dict:
-        """The Routing button and its two charts; returns them as parts."""
-        self.routing: dict | None = None
-        for name, builder in ROUTING_CHARTS:
-            self.charts[name] = figure_widget(builder)
-            self.charts[name].add_class(f"ie-{name}")
-        self.routing_button = button(
-            "inside-routing-run", "Routing", "random", width=None,
-            tip="a mixture of experts: the experts each layer's router chose in this step",
-        )  # fmt: skip
-        self.routing_button.on_click(lambda _: dash.guard.call("Routing", self.run_routing))
-        return {
-            "inside-routing-run": self.routing_button,
-            "inside-routing": self.charts["inside-routing"],
-            "inside-expert-load": self.charts["inside-expert-load"],
-        }
+    # --- a mixture of experts: the router's choice ---
 
     def run_routing(self) -> None:
         session, index = self.dash.session, self.dash.shown_index()
+        text = self.parts["inside-text"]
         whole = session.routing()
         if whole["dense"]:
-            self.text.value = f"{whole['message']}. The other views work as for any model."
+            text.value = f"{whole['message']}. The other views work as for any model."
             self.dash.guard.say("Routing: the model is dense.", "ok")
             return
         if index is None:
-            self.text.value = "Routing: take a step first (each step records its routers' choice)."
+            text.value = "Routing: take a step first (the routers' choice is read from a step)."
             return
         self.routing = session.routing(index)
-        plots.redraw(self.charts["inside-routing"], plots.routing_figure(self.routing))
-        plots.redraw(self.charts["inside-expert-load"], plots.expert_load_figure(whole))
-        self.text.value = routing_text(index, self.routing, whole)
+        plots.redraw(self.parts["inside-routing"], plots.routing_figure(self.routing))
+        plots.redraw(self.parts["inside-expert-load"], plots.expert_load_figure(whole))
+        text.value = routing_text(index, self.routing, whole)
         self.dash.guard.say("Routing done.", "ok")
 
 

@@ -11,7 +11,6 @@ region, why the trick pays there or not.
 from __future__ import annotations
 
 import html
-import threading
 import time
 
 import ipywidgets as W
@@ -19,6 +18,7 @@ import ipywidgets as W
 from explorer import plots, sweeps
 from explorer.app.controls import button, labelled, stop_button, tagged
 from explorer.app.export import download_link
+from explorer.app.runner import Runner
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
 from explorer.costs.noise import noisy_summary
@@ -28,6 +28,39 @@ def _tricks():
     from explorer.sweeps import pays
 
     return pays
+
+
+def build() -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    pays = _tricks()
+    parts: dict = {}
+    box = labelled(parts, "pays", "70px")
+    options = [(f"{pays.get_trick(n).title} ({n})", n) for n in pays.names()]
+    box(W.Dropdown, "trick", pays.names()[0], "trick", "330px", options=options)
+    box(W.Dropdown, "axis", None, "over", "330px", options=[])
+    box(W.Text, "values", "", "values", "330px", continuous_update=False)
+    box(W.IntText, "repeats", 3, "repeats", "150px")
+    parts["pays-run"] = button(
+        "pays-run", "Run", "play", "primary", "run the trick over the values"
+    )
+    parts["pays-stop"] = stop_button(
+        "pays-stop", "stop after the current setting (the rows so far are kept)"
+    )
+    parts["pays-progress"] = tagged(
+        W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="220px")), "pays-progress"
+    )
+    parts["pays-status"] = tagged(W.HTML(value=""), "pays-status")
+    parts["pays-why"] = tagged(W.HTML(value=""), "pays-why")
+    parts["pays-chart"] = figure_widget(plots.pays_figure)
+    parts["pays-chart"].add_class("ie-pays-chart")
+    rows = (("trick", "axis"), ("values", "repeats"), ("run", "stop", "progress"))
+    widget = W.VBox(
+        [W.HBox([parts[f"pays-{n}"] for n in row]) for row in rows]
+        + [parts["pays-status"], parts["pays-chart"], parts["pays-why"]]
+    )
+    widget.add_class("ie-pays")
+    parts["pays"] = widget
+    return widget, parts
 
 
 @register(42)
@@ -44,87 +77,61 @@ class PaysTab(Tab):
 
     def __init__(self, dash):
         super().__init__(dash)
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self.frame = None  # the last run's DataFrame
-        pays = _tricks()
-        box = labelled(self.parts, "pays", "70px")
-        options = [(f"{pays.get_trick(n).title} ({n})", n) for n in pays.names()]
-        self.trick = box(W.Dropdown, "trick", pays.names()[0], "trick", "330px", options=options)
-        self.axis = box(W.Dropdown, "axis", None, "over", "330px", options=[])
-        self.values = box(W.Text, "values", "", "values", "330px", continuous_update=False)
-        self.repeats = box(W.IntText, "repeats", 3, "repeats", "150px")
-        self.run_button = button(
-            "pays-run", "Run", "play", "primary", "run the trick over the values"
+        self.widget, self.parts = build()
+        p = self.parts
+        self.runner = Runner(
+            self,
+            "The pays sweep",
+            controls=[p[n] for n in ("pays-trick", "pays-axis", "pays-values", "pays-repeats")]
+            + [p["pays-run"]],
+            stop=p["pays-stop"],
+            progress=p["pays-progress"],
+            stopping="Stopping after the current setting…",
+            unit="settings",
         )
-        self.stop_button = stop_button(
-            "pays-stop", "stop after the current setting (the rows so far are kept)", self.stop
-        )
-        self.progress = tagged(
-            W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="220px")), "pays-progress"
-        )
-        self.status = tagged(W.HTML(value=""), "pays-status")
-        self.why = tagged(W.HTML(value=""), "pays-why")
-        self.chart = figure_widget(plots.pays_figure)
-        self.chart.add_class("ie-pays-chart")
-        self.parts.update(
-            {
-                "pays-run": self.run_button,
-                "pays-stop": self.stop_button,
-                "pays-progress": self.progress,
-                "pays-status": self.status,
-                "pays-why": self.why,
-                "pays-chart": self.chart,
-            }
-        )
-        self.trick.observe(lambda ch: self.trick_changed(), names="value")
-        self.axis.observe(lambda ch: self.axis_changed(), names="value")
-        self.run_button.on_click(lambda _: self.start())
-        self.widget = W.VBox(
-            [
-                W.HBox([self.trick, self.axis]),
-                W.HBox([self.values, self.repeats]),
-                W.HBox([self.run_button, self.stop_button, self.progress]),
-                self.status,
-                self.chart,
-                self.why,
-            ]
-        )
-        self.widget.add_class("ie-pays")
-        self.parts["pays"] = self.widget
+        p["pays-trick"].observe(lambda ch: self.trick_changed(), names="value")
+        p["pays-axis"].observe(lambda ch: self.axis_changed(), names="value")
+        p["pays-run"].on_click(lambda _: self.start())
         self.trick_changed()
 
     # --- the boxes ---
 
     def trick_changed(self) -> None:
         """The trick's axes in the axis box (its first chosen), its help as the status."""
-        trick = _tricks().get_trick(self.trick.value)
+        trick = _tricks().get_trick(self.parts["pays-trick"].value)
         # the names only: an option's help would be clipped by the box; the status line says it
-        self.axis.options = [(a.name, a.name) for a in trick.axes]
-        self.axis.value = trick.axes[0].name
+        self.parts["pays-axis"].options = [(a.name, a.name) for a in trick.axes]
+        self.parts["pays-axis"].value = trick.axes[0].name
         self.axis_changed()
 
     def axis_changed(self) -> None:
         """The axis's default values in the values box."""
-        if self.axis.value is None:
+        p = self.parts
+        if p["pays-axis"].value is None:
             return
-        axis = _tricks().get_trick(self.trick.value).axis(self.axis.value)
-        self.values.value = ", ".join(
+        trick = _tricks().get_trick(p["pays-trick"].value)
+        axis = trick.axis(p["pays-axis"].value)
+        p["pays-values"].value = ", ".join(
             f"{v:g}" if isinstance(v, float) else str(v) for v in axis.default
         )
-        trick = _tricks().get_trick(self.trick.value)
-        self.status.value = html.escape(
+        p["pays-status"].value = html.escape(
             f"{trick.title}: against {trick.baseline}; each figure times {trick.unit}. "
             f"Over {axis.name}: {axis.help}"
         )
 
     def arguments(self) -> dict:
         """The sweep's keywords from the boxes (ValueError: one line naming the box)."""
-        repeats = self.repeats.value
+        p = self.parts
+        repeats = p["pays-repeats"].value
         if not 1 <= repeats <= 50:
             raise ValueError(f"repeats must be between 1 and 50, got {repeats}")
         kwargs = sweeps.get("pays").arguments(
-            {"trick": self.trick.value, "over": self.axis.value, "values": self.values.value}
+            {
+                "trick": p["pays-trick"].value,
+                "over": p["pays-axis"].value,
+                "values": p["pays-values"].value,
+            }
         )
         if "values" not in kwargs:
             raise ValueError("values: give at least one value, comma-separated")
@@ -133,76 +140,52 @@ class PaysTab(Tab):
     # --- the Tab protocol ---
 
     def figures(self):
-        return [self.chart]
+        return [self.parts["pays-chart"]]
 
     def export_figures(self) -> dict:
-        return {"pays": self.chart}
-
-    def threads(self):
-        return [self._thread]
-
-    def set_busy(self, busy: bool) -> None:
-        for w in (self.trick, self.axis, self.values, self.repeats, self.run_button):
-            w.disabled = busy
-        self.stop_button.disabled = not busy or self._thread is None
+        return {"pays": self.parts["pays-chart"]}
 
     # --- running ---
 
     def start(self) -> bool:
         """Check the boxes, then run the sweep on a background thread; False if it did not start."""
-        g = self.dash.guard
         try:
             kwargs = self.arguments()
         except ValueError as err:
-            g.fail(err, "Where does it pay?")
+            self.dash.guard.fail(err, "Where does it pay?")
             return False
-        if not g.start("The pays sweep"):
-            return False
-        self._stop.clear()
-        self.progress.value = 0
         lm = self.dash.session.lm
-        self.in_background(
+        return self.runner.start(
             f"Running {kwargs['trick']} over {kwargs.get('over') or 'its first setting'} on "
             f"{lm.info.name}… (Stop keeps the rows so far)",
             self._run,
             lm,
             kwargs,
-            name="explorer-pays",
+            doing=f"The {kwargs['trick']} sweep",
         )
-        return True
 
     def stop(self) -> None:
         """Ask the running sweep to stop after its current setting (its rows are kept and drawn)."""
-        self._stop.set()
-        self.dash.guard.say("Stopping after the current setting…", "busy")
+        self.runner.stop()
 
     def _run(self, lm, kwargs: dict) -> None:
-        g = self.dash.guard
-
-        def tick(done: int, total: int) -> None:
-            self.progress.max, self.progress.value = max(total, 1), done
-
+        r = self.runner
         t0 = time.perf_counter()
-        try:
-            df = sweeps.run("pays", lm, progress=tick, bar=False, stop=self._stop, **kwargs)
-            self.show(df)
-            notes = df.attrs.get("notes") or []
-            g.say(
-                f"{kwargs['trick']} finished in {time.perf_counter() - t0:.1f} s ({len(df)} rows)"
-                + (" (partial)" if df.attrs.get("partial") else "")
-                + (": " + "; ".join(notes) if notes else "."),
-                "info" if notes else "ok",
-            )
-        except Exception as err:  # noqa: BLE001 - shown; the chart keeps the previous run
-            g.fail(err, f"The {kwargs['trick']} sweep")
-        finally:
-            g.finish()
+        df = sweeps.run("pays", lm, progress=r.tick, bar=False, stop=r.stop_event, **kwargs)
+        self.show(df)
+        notes = df.attrs.get("notes") or []
+        r.finished(
+            f"{kwargs['trick']} finished in {time.perf_counter() - t0:.1f} s ({len(df)} rows)"
+            + (": " + "; ".join(notes) if notes else "."),
+            partial=bool(df.attrs.get("partial")),
+            notes=bool(notes),
+        )
 
     def show(self, df) -> None:
         """Redraw the chart, the why lines and the status from a pays DataFrame."""
-        plots.redraw(self.chart, plots.pays_chart(df))
+        plots.redraw(self.parts["pays-chart"], plots.pays_chart(df))
         self.frame = df
-        self.why.value = "".join(
+        self.parts["pays-why"].value = "".join(
             f"<div>{html.escape(line)}</div>" for line in plots.pays_why_lines(df)
         )
         a = df.attrs
@@ -217,7 +200,7 @@ class PaysTab(Tab):
         link = download_link(
             df.to_csv(index=False), f"pays-{a.get('trick', '')}.csv", "table (CSV)"
         )
-        self.status.value = (
+        self.parts["pays-status"].value = (
             f"{partial}{len(df)} rows · {html.escape(where)}"
             + "".join(f"<br>note: {html.escape(n)}" for n in notes)
             + f"<br>{link}"

@@ -16,7 +16,6 @@ scenario keeps what finished, marked partial.
 from __future__ import annotations
 
 import html
-import threading
 import time
 
 import ipywidgets as W
@@ -25,6 +24,7 @@ from explorer import plots
 from explorer._format import ms_value, text
 from explorer.app.controls import control, labelled, read_control, tagged
 from explorer.app.export import download_link
+from explorer.app.runner import Runner
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
 from explorer.serving import engines
@@ -176,12 +176,10 @@ def _about(name: str) -> str:
 
 
 def wire(tab: ServingTab) -> None:
-    """Run and Stop call the tab; the engine's choice shows its knobs."""
+    """Run calls the tab (each Stop is its runner's); the engine's choice shows its knobs."""
     parts = tab.parts
     parts["serve-run"].on_click(lambda _: tab.start())
-    parts["serve-stop"].on_click(lambda _: tab.stop())
     parts["scen-run"].on_click(lambda _: tab.start_scenario())
-    parts["scen-stop"].on_click(lambda _: tab.stop())
     parts["scen-name"].observe(
         lambda change: setattr(parts["scen-about"], "value", _about(change["new"])), names="value"
     )
@@ -201,22 +199,33 @@ class ServingTab(Tab):
 
     def __init__(self, dash):
         super().__init__(dash)
-        self._thread: threading.Thread | None = None
-        self._scen_thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self.scenario = None  # the last ScenarioResult shown
-        self._running: str | None = None  # "serve" or "scen" while this tab's run is on
         self.results: list = []  # the last KEEP ServingResults, newest last
         self._count = 0
         self.widget, self.parts = build()
         self.charts = {key: self.parts[f"serve-{key}"] for key, _ in VIEWS}
-        self.inputs = [
+        inputs = [
             w
             for n, w in self.parts.items()
             if n not in BUTTONS
             and n.removeprefix("serve-") not in self.charts
             and n not in SCEN_PARTS[1:]
         ]
+        conflicts = [*inputs, self.parts["serve-run"], self.parts["scen-run"]]
+        self.serving = Runner(
+            self,
+            "The serving run",
+            controls=conflicts,
+            stop=self.parts["serve-stop"],
+            stopping="Stopping the serving run…",
+        )
+        self.scenarios = Runner(
+            self,
+            "The scenario",
+            controls=conflicts,
+            stop=self.parts["scen-stop"],
+            stopping="Stopping the scenario…",
+        )
         wire(self)
 
     # --- the Tab protocol ---
@@ -226,15 +235,6 @@ class ServingTab(Tab):
 
     def export_figures(self):
         return {"scenario (broken vs fixed)": self.parts["scen-chart"]} if self.scenario else {}
-
-    def threads(self):
-        return [self._thread, self._scen_thread]
-
-    def set_busy(self, busy: bool) -> None:
-        for w in [*self.inputs, self.parts["serve-run"], self.parts["scen-run"]]:
-            w.disabled = busy
-        self.parts["serve-stop"].disabled = not busy or self._running != "serve"
-        self.parts["scen-stop"].disabled = not busy or self._running != "scen"
 
     # --- running ---
 
@@ -260,21 +260,17 @@ class ServingTab(Tab):
         return wl, value("engine"), read_knobs(self.parts, value("engine"))
 
     def start(self) -> bool:
+        """Serve the workload on a background thread; False (a message) if it did not start."""
         from explorer.serving import parse_goodput
 
-        g = self.dash.guard
         try:
             wl, engine, knobs = self.workload()
             slos = parse_goodput(self.parts["serve-slos"].value.strip() or None)
         except ValueError as err:
-            g.fail(err, "The serving run")
+            self.dash.guard.fail(err, "The serving run")
             return False
-        if not g.start("The serving run"):
-            return False
-        self._stop.clear()
         lm = self.dash.session.lm
-        self._running = "serve"
-        self.in_background(
+        return self.serving.start(
             f"Serving {wl.num_prompts} requests through {engine} on {lm.info.name}… "
             "(Stop keeps the requests that finished)",
             self._run,
@@ -283,65 +279,52 @@ class ServingTab(Tab):
             engine,
             knobs,
             slos,
-            name="explorer-serving",
         )
-        return True
 
     def stop(self) -> None:
-        self._stop.set()
-        self.dash.guard.say("Stopping the serving run…", "busy")
+        """Stop whichever of the tab's runs is on (what finished is kept)."""
+        for r in self.runners:
+            if r.active:
+                r.stop()
 
     def _run(self, lm, wl, engine, knobs, slos) -> None:
         from explorer.serving import serve
 
-        g = self.dash.guard
         t0 = time.perf_counter()
-        try:
-            self._count += 1
-            res = serve(
-                lm,
-                wl,
-                engine,
-                goodput=slos,
-                stop=self._stop,
-                label=f"{engine} #{self._count}",
-                knobs=knobs,
-            )
-            self.show(res)
-            r = res.result
-            status = res.meta["status"]
-            g.say(
-                f"{res.label}: {r['completed']} of {len(res.records)} requests served, "
-                f"{r['output_throughput']:.0f} output tok/s, p99 TTFT {ms_value(r['p99_ttft_ms'])}; "
-                f"{time.perf_counter() - t0:.1f} s in all with the engine's start-up (the "
-                f"summary's duration, {r['duration']:.2f} s, runs from the first arrival to the "
-                "last finish)" + ("" if status == "complete" else f" ({status})"),
-                "ok" if status == "complete" else "info",
-            )
-        except Exception as err:  # noqa: BLE001 - shown; the views keep the previous run
-            g.fail(err, "The serving run")
-        finally:
-            self._running = None
-            g.finish()
+        self._count += 1
+        res = serve(
+            lm,
+            wl,
+            engine,
+            goodput=slos,
+            stop=self.serving.stop_event,
+            label=f"{engine} #{self._count}",
+            knobs=knobs,
+        )
+        self.show(res)
+        r = res.result
+        status = res.meta["status"]
+        said = status == "complete" or self.serving.stop_event.is_set()  # Stop marks it itself
+        self.serving.finished(
+            f"{res.label}: {r['completed']} of {len(res.records)} requests served, "
+            f"{r['output_throughput']:.0f} output tok/s, p99 TTFT {ms_value(r['p99_ttft_ms'])}; "
+            f"{time.perf_counter() - t0:.1f} s in all with the engine's start-up (the "
+            f"summary's duration, {r['duration']:.2f} s, runs from the first arrival to the "
+            "last finish)" + ("" if said else f" ({status})"),
+            notes=status != "complete",
+        )
 
     def start_scenario(self) -> bool:
         """Run the picked scenario (broken, then fixed) on a background thread."""
         name = self.parts["scen-name"].value
-        g = self.dash.guard
-        if not g.start(f"The {name} scenario"):
-            return False
-        self._stop.clear()
         lm = self.dash.session.lm
-        self._running = "scen"
-        self.in_background(
+        return self.scenarios.start(
             f"Running the {name} scenario on {lm.info.name}… (Stop keeps what finished)",
             self._run_scenario,
             lm,
             name,
-            name="explorer-scenario",
-            attr="_scen_thread",
+            doing=f"The {name} scenario",
         )
-        return True
 
     def _run_scenario(self, lm, name: str) -> None:
         from explorer.serving import scenarios
@@ -352,19 +335,11 @@ class ServingTab(Tab):
         def progress(*what) -> None:
             g.say(f"{name}: {' '.join(str(w) for w in what)}… (Stop keeps what finished)", "busy")
 
-        try:
-            res = scenarios.run(name, lm, stop=self._stop, progress=progress)
-            self.show_scenario(res)
-            partial = " (partial: stopped, what finished is kept)" if res.partial else ""
-            g.say(
-                f"{name}: {res.verdict}{partial}; {time.perf_counter() - t0:.1f} s in all",
-                "info" if res.partial else "ok",
-            )
-        except Exception as err:  # noqa: BLE001 - shown; the views keep the previous scenario
-            g.fail(err, f"The {name} scenario")
-        finally:
-            self._running = None
-            g.finish()
+        res = scenarios.run(name, lm, stop=self.scenarios.stop_event, progress=progress)
+        self.show_scenario(res)
+        self.scenarios.finished(
+            f"{name}: {res.verdict}; {time.perf_counter() - t0:.1f} s in all", partial=res.partial
+        )
 
     def show_scenario(self, res) -> None:
         """Draw a ScenarioResult: broken beside fixed on one chart; verdict, why, evidence."""

@@ -7,7 +7,6 @@ the charts; Benchmark times k = 1..k against target-only decoding in one run
 
 from __future__ import annotations
 
-import threading
 import time
 
 import ipywidgets as W
@@ -18,6 +17,7 @@ from explorer._format import number
 from explorer.app.controls import tagged
 from explorer.app.guard import on_engine_thread
 from explorer.app.messages import stop_text
+from explorer.app.runner import Runner
 from explorer.app.tabs import Tab, register
 from explorer.app.views import LiveChart, figure_widget
 from explorer.engine.session import prompt_input
@@ -36,62 +36,34 @@ class SpeculativeTab(Tab):
 
     def __init__(self, dash):
         super().__init__(dash)
-        self.session = (
-            None  # explorer.engine.speculative.SpeculativeSession, built on the first round
-        )
-        self._key = None  # (target, draft, prompt, k) the session was built for
-        self._thread: threading.Thread | None = None
+        self.session = None  # explorer.engine.speculative.SpeculativeSession, built on a round
+        self._key = None  # (target, draft, prompt, stop at eos) the session was built for
         self._alpha_counts: dict = {}
-        controls = speculative_controls(dash.model_names())
-        self.draft, self.k = controls["spec-draft"], controls["spec-k"]
-        self.round_button, self.run_button = controls["spec-step"], controls["spec-run"]
-        self.reset_button, self.bench_button = controls["spec-reset"], controls["spec-bench"]
-        self.progress, self.status = controls["spec-progress"], controls["spec-status"]
-        self.rounds = LiveChart(
-            figure_widget(plots.rounds_figure), plots.rounds_columns, "spec-rounds"
-        )
+        self.rows: list = []  # the k benchmark's rows so far
+        self.widget, self.parts = build(dash.model_names())
+        p = self.parts
+        self.rounds = LiveChart(p["spec-rounds"], plots.rounds_columns, "spec-rounds")
         self.alpha = LiveChart(
-            figure_widget(plots.alpha_figure),
-            lambda rs: plots.alpha_columns(rs, self._alpha_counts),
-            "spec-alpha",
+            p["spec-alpha"], lambda rs: plots.alpha_columns(rs, self._alpha_counts), "spec-alpha"
         )
-        self.hist = tagged(figure_widget(plots.accepted_histogram_figure), "spec-hist")
-        self.speedup = tagged(figure_widget(plots.speedup_figure), "spec-speedup")
-        self.parts = {
-            **controls,
-            "spec-rounds": self.rounds.fig,
-            "spec-alpha": self.alpha.fig,
-            "spec-hist": self.hist,
-            "spec-speedup": self.speedup,
-        }
-        self.widget = self.parts["speculative"] = speculative_page(self.parts)
-        self._wire(dash.guard)
-
-    def _wire(self, guard) -> None:
-        """The buttons call the tab's actions (through the guard: one action at a time)."""
-        self.round_button.on_click(guard.action("A speculative round", lambda _: self.step()))
-        self.run_button.on_click(guard.action("Speculative run", lambda _: self.run(RUN_TOKENS)))
-        self.reset_button.on_click(guard.action("Speculative reset", lambda _: self.reset()))
-        self.bench_button.on_click(lambda _: self.start_benchmark())
+        self.runner = Runner(
+            self,
+            "The speculative benchmark",
+            controls=[p[n] for n in ("spec-step", "spec-run", "spec-reset", "spec-bench")]
+            + [p["spec-draft"], p["spec-k"]],
+            progress=p["spec-progress"],
+            unit="values of k",
+        )
+        guard = dash.guard
+        p["spec-step"].on_click(guard.action("A speculative round", lambda _: self.step()))
+        p["spec-run"].on_click(guard.action("Speculative run", lambda _: self.run(RUN_TOKENS)))
+        p["spec-reset"].on_click(guard.action("Speculative reset", lambda _: self.reset()))
+        p["spec-bench"].on_click(lambda _: self.start_benchmark())
 
     # --- host hooks ---
 
     def figures(self) -> list[go.FigureWidget]:
-        return [self.rounds.fig, self.alpha.fig, self.hist, self.speedup]
-
-    def threads(self) -> list[threading.Thread | None]:
-        return [self._thread]
-
-    def set_busy(self, busy: bool) -> None:
-        for b in (
-            self.round_button,
-            self.run_button,
-            self.reset_button,
-            self.bench_button,
-            self.draft,
-            self.k,
-        ):
-            b.disabled = busy
+        return [self.parts[n] for n in ("spec-rounds", "spec-alpha", "spec-hist", "spec-speedup")]
 
     # --- actions ---
 
@@ -115,7 +87,7 @@ class SpeculativeTab(Tab):
             session = self._session()
             session.set_sampling(self.dash.session.sampling)
             before = len(session.tokens)
-            self.status.value = f"Running {n_tokens} tokens..."
+            self.parts["spec-status"].value = f"Running {n_tokens} tokens..."
             rounds = on_engine_thread(session.run, n_tokens) if not session.done else []
         finally:
             self.set_busy(False)
@@ -134,63 +106,53 @@ class SpeculativeTab(Tab):
         self._alpha_counts.clear()
         self.rounds.reset()
         self.alpha.reset()
-        plots.replace(self.hist, plots.accepted_histogram_columns([]))
-        self.status.value = "Reset: press Round."
+        plots.replace(self.parts["spec-hist"], plots.accepted_histogram_columns([]))
+        self.parts["spec-status"].value = "Reset: press Round."
 
     def start_benchmark(self) -> bool:
         """Benchmark k = 1..k on a background thread (the progress bar moves per k)."""
-        g = self.dash.guard
         try:
-            k_max = _check_k(self.k.value)
+            k_max = _check_k(self.parts["spec-k"].value)
             target = self.dash.session.lm
-            if self.draft.value == PROMPT_LOOKUP:
+            if self.parts["spec-draft"].value == PROMPT_LOOKUP:
                 raise ValueError(
                     "the k benchmark times a draft model's passes; prompt lookup has none: press "
                     "Round to watch it, or run `explorer bench lookup` for its speedup"
                 )
-            draft = self.dash.load_model(self.draft.value)
+            draft = self.dash.load_model(self.parts["spec-draft"].value)
             from explorer.engine.speculative import check_pair
 
             check_pair(target, draft)
         except Exception as err:  # noqa: BLE001
-            g.fail(err, "The speculative benchmark")
-            return False
-        if not g.start("The speculative benchmark"):
+            self.dash.guard.fail(err, "The speculative benchmark")
             return False
         args = (target, draft, self._prompt(target), self.dash.session.sampling, k_max)
-        self._thread = threading.Thread(
-            target=self._benchmark, args=args, name="explorer-spec-bench", daemon=True
+        return self.runner.start(
+            f"Benchmarking k = 1..{k_max} against target-only decoding…", self._benchmark, *args
         )
-        self._thread.start()
-        return True
 
     def _benchmark(self, target, draft, prompt, sampling, k_max: int) -> None:
         from explorer.bench.speculative import benchmark
 
-        g = self.dash.guard
-        rows = []
+        speedup = self.parts["spec-speedup"]
+        self.rows = rows = []
+        self.runner.tick(0, k_max)
+        t0 = time.perf_counter()
         try:
-            self.progress.max, self.progress.value = k_max, 0
-            t0 = time.perf_counter()
             for k in range(1, k_max + 1):
                 rows.extend(
                     benchmark(target, draft, prompt, sampling, ks=[k], n_tokens=32, repeats=2)
                 )
-                self.progress.value = k
-            plots.replace(self.speedup, plots.speedup_columns(rows))
-            best = max(rows, key=lambda r: r["measured"])
-            g.say(
-                f"Benchmark done in {time.perf_counter() - t0:.1f} s: best measured speedup {best['measured']:.2f}x "
-                f"at k={best['k']} (alpha {best['alpha']:.2f}); {rows[0]['timing']}; 2 repeats, 32 tokens, "
-                f"{rows[0]['device']} {rows[0]['dtype']}.",
-                "ok",
-            )
-        except Exception as err:  # noqa: BLE001 - shown; the rows finished so far stay on the chart
+                self.runner.tick(k, k_max)
+        finally:  # the rows finished so far stay on the chart, even after an error
             if rows:
-                plots.replace(self.speedup, plots.speedup_columns(rows))
-            g.fail(err, f"The speculative benchmark (after {len(rows)} of {k_max} values of k)")
-        finally:
-            g.finish()
+                plots.replace(speedup, plots.speedup_columns(rows))
+        best = max(rows, key=lambda r: r["measured"])
+        self.runner.finished(
+            f"Benchmark done in {time.perf_counter() - t0:.1f} s: best measured speedup "
+            f"{best['measured']:.2f}x at k={best['k']} (alpha {best['alpha']:.2f}); "
+            f"{rows[0]['timing']}; 2 repeats, 32 tokens, {rows[0]['device']} {rows[0]['dtype']}."
+        )
 
     # --- internals ---
 
@@ -200,20 +162,21 @@ class SpeculativeTab(Tab):
     def _session(self):
         from explorer.engine.speculative import SpeculativeSession
 
-        k = _check_k(self.k.value)
+        k = _check_k(self.parts["spec-k"].value)
+        chosen = self.parts["spec-draft"].value
         target = self.dash.session.lm
         rs = self.dash.run_settings
-        key = (target.info.name, self.draft.value, rs.prompt, rs.stop_at_eos)
+        key = (target.info.name, chosen, rs.prompt, rs.stop_at_eos)
         if self.session is not None and self._key == key:
             if self.session.k != k:
                 self.session.set_k(k)
             return self.session
-        if self.draft.value == PROMPT_LOOKUP:
+        if chosen == PROMPT_LOOKUP:
             from explorer.engine.speculative import PromptLookup
 
             draft = PromptLookup()
         else:
-            draft = self.dash.load_model(self.draft.value)
+            draft = self.dash.load_model(chosen)
         session = SpeculativeSession(
             target,
             draft,
@@ -234,9 +197,12 @@ class SpeculativeTab(Tab):
         self.rounds.append(rounds, {"yaxis.range": plots.rounds_range(rounds[-1].index)})
         self.alpha.append(rounds)
         stats = self.session.stats()
-        plots.replace(self.hist, plots.accepted_histogram_columns(stats["accepted_histogram"]))
+        plots.replace(
+            self.parts["spec-hist"], plots.accepted_histogram_columns(stats["accepted_histogram"])
+        )
         alpha = number(stats["alpha"], ".3f")
-        self.status.value = (
+        status = self.parts["spec-status"]
+        status.value = (
             f"{stats['rounds']} rounds, {stats['emitted']} tokens emitted, alpha {alpha} "
             f"(accepted {stats['accepted']} of {stats['tested']} tested), "
             f"{stats['mean_tokens_per_round']:.2f} tokens per round; draft passes "
@@ -245,7 +211,7 @@ class SpeculativeTab(Tab):
         )
         last = rounds[-1]
         if self.session.lookup is not None:
-            self.status.value += f"<br>Round {last.index}: " + (
+            status.value += f"<br>Round {last.index}: " + (
                 f"copied {last.k} ids from positions {last.lookup['from']}..{last.lookup['to'] - 1} "
                 f"after a {last.lookup['n']}-gram match"
                 if last.lookup
@@ -256,7 +222,37 @@ class SpeculativeTab(Tab):
 PROMPT_LOOKUP = "prompt lookup (no draft model)"  # the draft copies n-gram continuations
 
 
-def speculative_controls(model_names: list[str]) -> dict[str, W.Widget]:
+def build(model_names: list[str]) -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    parts = controls(model_names)
+    for name, figure in (
+        ("spec-rounds", plots.rounds_figure),
+        ("spec-alpha", plots.alpha_figure),
+        ("spec-hist", plots.accepted_histogram_figure),
+        ("spec-speedup", plots.speedup_figure),
+    ):
+        parts[name] = tagged(figure_widget(figure), name)
+    page = W.VBox(
+        [
+            W.HTML(
+                "<b>Speculative decoding</b>: the draft proposes, the target checks all proposals "
+                "in one pass; the output is distributed exactly as the target's own samples."
+            ),
+            W.HBox(
+                [parts[n] for n in ("spec-draft", "spec-k", "spec-step", "spec-run", "spec-reset")]
+            ),
+            parts["spec-status"],
+            parts["spec-rounds"],
+            W.HBox([parts["spec-alpha"], parts["spec-hist"]]),
+            W.HBox([parts["spec-bench"], parts["spec-progress"]]),
+            parts["spec-speedup"],
+        ]
+    )
+    parts["speculative"] = tagged(page, "speculative")
+    return page, parts
+
+
+def controls(model_names: list[str]) -> dict[str, W.Widget]:
     """The tab's controls by part name (each tagged with its CSS class ie-<name>)."""
     draft = "bundled:draft" if "bundled:draft" in model_names else model_names[0]
     options = [*model_names, PROMPT_LOOKUP]
@@ -294,27 +290,6 @@ def speculative_controls(model_names: list[str]) -> dict[str, W.Widget]:
         ),
     }
     return {name: tagged(widget, name) for name, widget in widgets.items()}
-
-
-def speculative_page(parts: dict[str, W.Widget]) -> W.VBox:
-    """The tab's page laid out from its parts (controls and figures)."""
-    page = W.VBox(
-        [
-            W.HTML(
-                "<b>Speculative decoding</b>: the draft proposes, the target checks all proposals in one pass; "
-                "the output is distributed exactly as the target's own samples."
-            ),
-            W.HBox(
-                [parts[n] for n in ("spec-draft", "spec-k", "spec-step", "spec-run", "spec-reset")]
-            ),
-            parts["spec-status"],
-            parts["spec-rounds"],
-            W.HBox([parts["spec-alpha"], parts["spec-hist"]]),
-            W.HBox([parts["spec-bench"], parts["spec-progress"]]),
-            parts["spec-speedup"],
-        ]
-    )
-    return tagged(page, "speculative")
 
 
 def _check_k(k) -> int:

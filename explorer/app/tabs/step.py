@@ -39,6 +39,45 @@ def chip_peaks_for(name: str):
     return hardware.chip_peaks(name, dtype)
 
 
+def build() -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    parts = {
+        "step-picture": tagged(figure_widget(plots.step_figure), "step-picture"),
+        "step-roofline": tagged(figure_widget(plots.ops_roofline_figure), "step-roofline"),
+        "step-chip": tagged(
+            W.Dropdown(
+                options=chip_choices(),
+                value=HERE,
+                description="roofs of",
+                layout=W.Layout(width="340px"),
+            ),
+            "step-chip",
+        ),  # fmt: skip
+        "step-measure": button(
+            "step-measure",
+            "Measure this step",
+            "search",
+            width=None,
+            tip="run the step once more under torch.profiler: measured time per operator",
+        ),  # fmt: skip
+        "step-walk": button(
+            "step-walk",
+            "Walk the layers",
+            "play",
+            width=None,
+            tip="light each layer in turn, as the step runs through them",
+        ),  # fmt: skip
+        "step-text": tagged(W.HTML(), "step-text"),
+    }
+    widget = W.VBox(
+        [W.HBox([parts[n] for n in ("step-chip", "step-measure", "step-walk")])]
+        + [parts[n] for n in ("step-text", "step-picture", "step-roofline")]
+    )
+    widget.add_class("ie-step-tab")
+    parts["step-tab"] = widget
+    return widget, parts
+
+
 @register(36)
 class StepTab(Tab):
     name, title = "step", "The step, drawn"
@@ -55,30 +94,14 @@ class StepTab(Tab):
         self.drawn: int | None = None  # the step the picture shows (None: not drawn yet)
         self._key: tuple | None = None  # the structure of the picture drawn (names, layers, ...)
         self.rows: list[dict] = []
-        self.fig = tagged(figure_widget(plots.step_figure), "step-picture")
-        self.roof = tagged(figure_widget(plots.ops_roofline_figure), "step-roofline")
-        self.chip = tagged(
-            W.Dropdown(options=chip_choices(), value=HERE, description="roofs of",
-                       layout=W.Layout(width="340px")), "step-chip")  # fmt: skip
-        self.chip.observe(lambda _: self.refresh(), names="value")
-        self.measure_button = button(
-            "step-measure", "Measure this step", "search", width=None,
-            tip="run the step once more under torch.profiler: measured time per operator")  # fmt: skip
-        self.measure_button.on_click(lambda _: dash.guard.call("Measuring the step", self.measure))
-        self.walk_button = button(
-            "step-walk", "Walk the layers", "play", width=None,
-            tip="light each layer in turn, as the step runs through them")  # fmt: skip
-        self.walk_button.on_click(lambda _: dash.guard.call("Walking the layers", self.walk))
         self.walk_delay, self.walked, self.played = 0.05, [], -1
-        self.text = tagged(W.HTML(), "step-text")
-        self.parts = {"step-picture": self.fig, "step-roofline": self.roof, "step-chip": self.chip,
-                      "step-measure": self.measure_button, "step-text": self.text,
-                      "step-walk": self.walk_button}  # fmt: skip
-        self.widget = W.VBox([W.HBox([self.chip, self.measure_button, self.walk_button]),
-                              self.text, self.fig,
-                              self.roof])  # fmt: skip
-        self.widget.add_class("ie-step-tab")
-        self.parts["step-tab"] = self.widget
+        self.widget, self.parts = build()
+        p, g = self.parts, dash.guard
+        self.fig, self.roof = p["step-picture"], p["step-roofline"]
+        self.chip, self.text = p["step-chip"], p["step-text"]
+        self.chip.observe(lambda _: self.refresh(), names="value")
+        p["step-measure"].on_click(lambda _: g.call("Measuring the step", self.measure))
+        p["step-walk"].on_click(lambda _: g.call("Walking the layers", self.walk))
 
     # --- the Tab protocol ---
 
@@ -127,8 +150,8 @@ class StepTab(Tab):
             self.refresh()
 
     def set_busy(self, busy: bool) -> None:
-        self.measure_button.disabled = busy
-        self.walk_button.disabled = busy
+        self.parts["step-measure"].disabled = busy
+        self.parts["step-walk"].disabled = busy
 
     # --- views ---
 
@@ -210,16 +233,16 @@ class StepTab(Tab):
         return f"{len(layer)} operators per layer; the top three by time: {tops}."
 
     def routed(self, step) -> dict | None:
-        """The experts step `step` routed to in the opened layer, from session.routing() (None:
-        a dense model, or a step that recorded no routing)."""
-        if step is None or not self.dash.session.lm.info.num_experts:
+        """The experts step `step` touched in the opened layer, as recorded when it ran
+        (Step.routing; None: a dense model, or a step that recorded no routing)."""
+        info = self.dash.session.lm.info
+        if step is None or not info.num_experts:
             return None
-        found = self.dash.session.routing(step.index)
-        layers = found["steps"][0].get("layers") or [] if found["steps"] else []
+        layers = (step.routing or {}).get("layers") or []
         rec = next((r for r in layers if r.get("layer") == self.opened), None)
         if rec is None:
             return None
-        return {"num_experts": found["num_experts"], "touched": rec["touched"]}
+        return {"num_experts": info.num_experts, "touched": rec["touched"]}
 
     def _wire_clicks(self) -> None:
         for trace in self.fig.data:

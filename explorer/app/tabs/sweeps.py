@@ -8,7 +8,6 @@ itself and keeps its rows (the frame's notes say where it stopped), and so does 
 
 from __future__ import annotations
 
-import threading
 import time
 
 import ipywidgets as W
@@ -16,9 +15,84 @@ import ipywidgets as W
 from explorer import plots, sweeps
 from explorer.app.controls import stop_button, tagged
 from explorer.app.export import download_link
+from explorer.app.runner import Runner
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget, refit
 from explorer.costs.noise import noisy_summary
+
+
+def build() -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks.
+    Per sweep: its size boxes (the first "sweep-<name>-sizes", any further one
+    "sweep-<name>-<param>"), "-run", "-progress", "-status" and its chart "sweep-<name>"."""
+    parts: dict = {}
+    parts["sweep-repeats"] = tagged(
+        W.IntText(
+            value=3, description="repeats", continuous_update=False, layout=W.Layout(width="160px")
+        ),
+        "sweep-repeats",
+    )
+    parts["sweep-stop"] = stop_button(
+        "sweep-stop", "stop the running sweep after its current point (rows kept)"
+    )
+    names = sweeps.names()
+    pages = [_page(parts, sweeps.get(n)) for n in names]
+    parts["sweep-pages"] = tagged(
+        W.Tab(children=pages, titles=[sweeps.get(n).title for n in names]), "sweep-pages"
+    )
+    widget = W.VBox([W.HBox([parts["sweep-repeats"], parts["sweep-stop"]]), parts["sweep-pages"]])
+    widget.add_class("ie-sweeps")
+    parts["sweeps"] = widget
+    return widget, parts
+
+
+def size_boxes(sweep) -> dict[str, str]:
+    """A sweep's size parameters (repeats has its own box, shared by all) -> their parts."""
+    boxes = [p for p in sweep.params if p.name != "repeats"]
+    return {
+        p.name: f"sweep-{sweep.name}-sizes" if i == 0 else f"sweep-{sweep.name}-{p.name}"
+        for i, p in enumerate(boxes)
+    }
+
+
+def _page(parts: dict, sweep) -> W.Widget:
+    """One sweep's page: its size boxes, Run, progress, status and chart (added to parts)."""
+    boxes = []
+    for param in sweep.params:
+        part = size_boxes(sweep).get(param.name)
+        if part is None:
+            continue
+        parts[part] = tagged(
+            W.Text(
+                value=param.default or "",
+                description=param.label,
+                continuous_update=False,
+                layout=W.Layout(width="420px"),
+                style={"description_width": "110px"},
+            ),
+            part,
+        )
+        boxes.append(parts[part])
+    key = f"sweep-{sweep.name}"
+    parts[f"{key}-run"] = tagged(
+        W.Button(description="Run", icon="play", button_style="primary", tooltip=sweep.help),
+        f"{key}-run",
+    )
+    parts[f"{key}-progress"] = tagged(
+        W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="260px")), f"{key}-progress"
+    )
+    parts[f"{key}-status"] = tagged(W.HTML(value=sweep.help), f"{key}-status")
+    parts[key] = figure_widget(plots.sweep_figure, sweep.name)
+    parts[key].add_class(f"ie-{key}")
+    first, *rest = boxes
+    return W.VBox(
+        [
+            W.HBox([first, parts[f"{key}-run"], parts[f"{key}-progress"]]),
+            *rest,
+            parts[f"{key}-status"],
+            parts[key],
+        ]
+    )
 
 
 @register(40)
@@ -34,82 +108,30 @@ class SweepsTab(Tab):
 
     def __init__(self, dash):
         super().__init__(dash)
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self.frames: dict[str, object] = {}  # the last DataFrame of each sweep
-        self.charts: dict[str, object] = {}
-        self.boxes: dict[str, dict[str, object]] = {}  # sweep -> {param name: its Text box}
         self.names = sweeps.names()
-        self.repeats = tagged(
-            W.IntText(
-                value=3,
-                description="repeats",
-                continuous_update=False,
-                layout=W.Layout(width="160px"),
-            ),
-            "sweep-repeats",
+        self.widget, self.parts = build()
+        p = self.parts
+        self.charts = {n: p[f"sweep-{n}"] for n in self.names}
+        self.boxes = {  # sweep -> {param name: its Text box}
+            n: {param: p[part] for param, part in size_boxes(sweeps.get(n)).items()}
+            for n in self.names
+        }
+        conflicts = [p["sweep-repeats"], *(w for b in self.boxes.values() for w in b.values())]
+        self.runner = Runner(
+            self,
+            "The sweep",
+            controls=conflicts + [p[f"sweep-{n}-run"] for n in self.names],
+            stop=p["sweep-stop"],
+            stopping="Stopping the sweep after its current point…",
         )
-        self.stop_button = stop_button(
-            "sweep-stop", "stop the running sweep after its current point (rows kept)", self.stop
-        )
-        self.parts.update({"sweep-repeats": self.repeats, "sweep-stop": self.stop_button})
-        pages = [self._page(sweeps.get(n)) for n in self.names]
-        self.inner = W.Tab(children=pages, titles=[sweeps.get(n).title for n in self.names])
-        self.inner.observe(
+        for n in self.names:
+            p[f"sweep-{n}-run"].on_click(lambda _, n=n: self.start(n))
+        p["sweep-pages"].observe(
             lambda ch: [refit(f) for f in self.shown_figures()], names="selected_index"
         )
-        self.widget = W.VBox(
-            [
-                W.HBox([self.repeats, self.stop_button]),
-                self.inner,
-            ]
-        )
-        self.widget.add_class("ie-sweeps")
-        self.parts["sweeps"] = self.widget
         self._fitted: dict[str, str] = {}  # sweep -> the contexts written for the loaded model
         self.session_changed()
-
-    def _page(self, sweep) -> W.Widget:
-        # one box per size parameter the person types (repeats has its own box, shared by all);
-        # the first is "sweep-<name>-sizes", any further one "sweep-<name>-<param>"
-        boxes = {}
-        for i, box in enumerate(p for p in sweep.params if p.name != "repeats"):
-            part = f"sweep-{sweep.name}-sizes" if i == 0 else f"sweep-{sweep.name}-{box.name}"
-            boxes[box.name] = tagged(
-                W.Text(
-                    value=box.default or "",
-                    description=box.label,
-                    continuous_update=False,
-                    layout=W.Layout(width="420px"),
-                    style={"description_width": "110px"},
-                ),
-                part,
-            )
-            self.parts[part] = boxes[box.name]
-        self.boxes[sweep.name] = boxes
-        run = tagged(
-            W.Button(description="Run", icon="play", button_style="primary", tooltip=sweep.help),
-            f"sweep-{sweep.name}-run",
-        )
-        progress = tagged(
-            W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="260px")),
-            f"sweep-{sweep.name}-progress",
-        )
-        status = tagged(W.HTML(value=sweep.help), f"sweep-{sweep.name}-status")
-        chart = figure_widget(plots.sweep_figure, sweep.name)
-        chart.add_class(f"ie-sweep-{sweep.name}")
-        run.on_click(lambda _: self.start(sweep.name))
-        self.charts[sweep.name] = chart
-        self.parts.update(
-            {
-                f"sweep-{sweep.name}-run": run,
-                f"sweep-{sweep.name}-progress": progress,
-                f"sweep-{sweep.name}-status": status,
-                f"sweep-{sweep.name}": chart,
-            }
-        )
-        first, *rest = boxes.values()
-        return W.VBox([W.HBox([first, run, progress]), *rest, status, chart])
 
     # --- the Tab protocol ---
 
@@ -118,11 +140,8 @@ class SweepsTab(Tab):
 
     def shown_figures(self):
         """The chart of the sweep whose inner tab is selected."""
-        index = self.inner.selected_index
+        index = self.parts["sweep-pages"].selected_index
         return [] if index is None else [self.charts[self.names[index]]]
-
-    def threads(self):
-        return [self._thread]
 
     def session_changed(self) -> None:
         """Context lengths sized to the loaded model (a box the person typed in is left alone)."""
@@ -135,47 +154,34 @@ class SweepsTab(Tab):
             if box.value in (default, self._fitted.get(name)):
                 box.value = self._fitted[name] = ", ".join(map(str, fit_contexts(default, cap)))
 
-    def set_busy(self, busy: bool) -> None:
-        for name, widget in self.parts.items():
-            if name.endswith("-run") or name == "sweep-repeats":
-                widget.disabled = busy
-        for boxes in self.boxes.values():
-            for widget in boxes.values():
-                widget.disabled = busy
-        self.stop_button.disabled = not busy or self._thread is None
-
     # --- running ---
 
     def start(self, name: str) -> bool:
         """Validate the sizes, then run the sweep on a background thread. False if it did not start."""
-        g, title = self.dash.guard, sweeps.get(name).title
+        title = sweeps.get(name).title
         try:
             kwargs = self.arguments(name)
         except ValueError as err:
-            g.fail(err, f"The {title} sweep")
+            self.dash.guard.fail(err, f"The {title} sweep")
             return False
-        if not g.start(f"The {title} sweep"):
-            return False
-        self._stop.clear()
-        self.parts[f"sweep-{name}-progress"].value = 0
-        self.in_background(
-            f"Running the {title} sweep on {self.dash.session.lm.info.name}… (Stop keeps the rows so far)",
+        self.runner.progress = self.parts[f"sweep-{name}-progress"]
+        return self.runner.start(
+            f"Running the {title} sweep on {self.dash.session.lm.info.name}… (Stop keeps the rows "
+            "so far)",
             self._run,
             name,
             self.dash.session.lm,
             kwargs,
-            name=f"explorer-sweep-{name}",
+            doing=f"The {title} sweep",
         )
-        return True
 
     def stop(self) -> None:
         """Ask the running sweep to stop after its current point (its rows are kept and drawn)."""
-        self._stop.set()
-        self.dash.guard.say("Stopping the sweep after its current point…", "busy")
+        self.runner.stop()
 
     def arguments(self, name: str) -> dict:
         """The sweep's keyword arguments from the boxes (ValueError with a readable message)."""
-        repeats = self.repeats.value
+        repeats = self.parts["sweep-repeats"].value
         if not 1 <= repeats <= 50:
             raise ValueError(f"repeats must be between 1 and 50, got {repeats}")
         sweep = sweeps.get(name)
@@ -185,26 +191,16 @@ class SweepsTab(Tab):
         }
 
     def _run(self, name: str, lm, kwargs: dict) -> None:
-        g, title = self.dash.guard, sweeps.get(name).title
-        progress = self.parts[f"sweep-{name}-progress"]
-
-        def tick(done: int, total: int) -> None:
-            progress.max, progress.value = max(total, 1), done
-
+        r, title = self.runner, sweeps.get(name).title
         t0 = time.perf_counter()
-        try:
-            df = sweeps.run(name, lm, progress=tick, bar=False, stop=self._stop, **kwargs)
-            self.show(name, df)
-            notes = df.attrs.get("notes") or []
-            g.say(
-                f"The {title} sweep finished in {time.perf_counter() - t0:.1f} s ({len(df)} rows)"
-                + (": " + "; ".join(notes) if notes else "."),
-                "info" if notes else "ok",
-            )
-        except Exception as err:  # noqa: BLE001 - shown; the chart keeps the previous run
-            g.fail(err, f"The {title} sweep")
-        finally:
-            g.finish()
+        df = sweeps.run(name, lm, progress=r.tick, bar=False, stop=r.stop_event, **kwargs)
+        self.show(name, df)
+        notes = df.attrs.get("notes") or []
+        r.finished(
+            f"The {title} sweep finished in {time.perf_counter() - t0:.1f} s ({len(df)} rows)"
+            + (": " + "; ".join(notes) if notes else "."),
+            notes=bool(notes),
+        )
 
     def show(self, name: str, df) -> None:
         """Redraw a sweep's chart and status from its DataFrame."""

@@ -12,13 +12,13 @@ the trust table with one-click calibration.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import ipywidgets as W
 
 from explorer import plots, sweeps
 from explorer.app.controls import button, stop_button, tagged
+from explorer.app.runner import Runner
 from explorer.app.tabs import Tab, register
 from explorer.app.views import figure_widget
 from explorer.costs import calibrate
@@ -39,6 +39,51 @@ def calibration_contexts(max_positions: int | None) -> list[int]:
     return out
 
 
+CHARTS = ("why-split", "why-profile", "why-trust")
+
+
+def build() -> tuple[W.Widget, dict]:
+    """The tab's widget and its parts (name -> widget, CSS class ie-<name>); no callbacks."""
+    parts: dict = {}
+    for name, figure in zip(CHARTS, (plots.split_figure, plots.profile_figure, plots.trust_figure)):
+        parts[name] = figure_widget(figure)
+        parts[name].add_class(f"ie-{name}")
+    parts["why-profile-run"] = button(
+        "why-profile-run", "Profile this step", "search",
+        tip="run the selected step once more (3 repeats) under torch.profiler", width=None,
+    )  # fmt: skip
+    parts["why-profile-text"] = tagged(W.HTML(), "why-profile-text")
+    parts["why-calibrate"] = button(
+        "why-calibrate", "Calibrate", "sliders", width=None,
+        tip="measure a small batch x context grid of this model and fit bandwidth, FLOP/s and "
+        "overhead to part of it",
+    )  # fmt: skip
+    parts["why-calibrate-stop"] = stop_button(
+        "why-calibrate-stop", "stop the calibration grid after its current cell"
+    )
+    parts["why-calibrate-progress"] = tagged(
+        W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="200px")),
+        "why-calibrate-progress",
+    )
+    parts["why-calibration-text"] = tagged(
+        W.HTML("No calibration yet: predictions are the plain roofline bound."),
+        "why-calibration-text",
+    )
+    widget = W.VBox(
+        [
+            parts["why-split"],
+            W.HBox([parts["why-profile-run"], parts["why-profile-text"]]),
+            parts["why-profile"],
+            W.HBox([parts[f"why-calibrate{s}"] for s in ("", "-stop", "-progress")]),
+            parts["why-calibration-text"],
+            parts["why-trust"],
+        ]
+    )
+    widget.add_class("ie-why")
+    parts["why"] = widget
+    return widget, parts
+
+
 @register(35)
 class WhyTab(Tab):
     name, title = "why", "Why this time?"
@@ -53,71 +98,27 @@ class WhyTab(Tab):
         self.live = False
         self.profile: dict | None = None
         self.calibration = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._since_trust = 0
-        self.charts = {
-            "why-split": figure_widget(plots.split_figure),
-            "why-profile": figure_widget(plots.profile_figure),
-            "why-trust": figure_widget(plots.trust_figure),
-        }
-        for name, fig in self.charts.items():
-            fig.add_class(f"ie-{name}")
-        self.profile_button = button(
-            "why-profile-run", "Profile this step", "search",
-            tip="run the selected step once more (3 repeats) under torch.profiler", width=None,
-        )  # fmt: skip
-        self.profile_button.on_click(
+        self.widget, self.parts = build()
+        p = self.parts
+        self.runner = Runner(
+            self,
+            "Calibration",
+            controls=[p["why-profile-run"], p["why-calibrate"]],
+            stop=p["why-calibrate-stop"],
+            progress=p["why-calibrate-progress"],
+            stopping="Stopping the calibration grid after its current cell…",
+            unit="cells",
+        )
+        p["why-profile-run"].on_click(
             lambda _: dash.guard.call("Profiling the step", self.run_profile)
         )
-        self.profile_text = tagged(W.HTML(), "why-profile-text")
-        self._build_calibration()
-        self.parts = {
-            **self.charts,
-            "why-profile-run": self.profile_button,
-            "why-profile-text": self.profile_text,
-            "why-calibrate": self.calibrate_button,
-            "why-calibrate-stop": self.stop_button,
-            "why-calibrate-progress": self.progress,
-            "why-calibration-text": self.calibration_text,
-        }
-        self.widget = W.VBox(
-            [
-                self.charts["why-split"],
-                W.HBox([self.profile_button, self.profile_text]),
-                self.charts["why-profile"],
-                W.HBox([self.calibrate_button, self.stop_button, self.progress]),
-                self.calibration_text,
-                self.charts["why-trust"],
-            ]
-        )
-        self.widget.add_class("ie-why")
-        self.parts["why"] = self.widget
-
-    def _build_calibration(self) -> None:
-        """The calibration row: Calibrate, its Stop, its progress, and what the fit says."""
-        self.calibrate_button = button(
-            "why-calibrate", "Calibrate", "sliders", width=None,
-            tip="measure a small batch x context grid of this model and fit bandwidth, FLOP/s and "
-            "overhead to part of it",
-        )  # fmt: skip
-        self.calibrate_button.on_click(lambda _: self.start_calibration())
-        self.stop_button = stop_button(
-            "why-calibrate-stop", "stop the calibration grid after its current cell", self._stop.set
-        )
-        self.progress = tagged(
-            W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="200px")),
-            "why-calibrate-progress",
-        )
-        self.calibration_text = tagged(
-            W.HTML("No calibration yet: predictions are the plain roofline bound."),
-            "why-calibration-text",
-        )
+        p["why-calibrate"].on_click(lambda _: self.start_calibration())
 
     # --- the Tab protocol ---
 
     def figures(self):
-        return list(self.charts.values())
+        return [self.parts[name] for name in CHARTS]
 
     def set_live(self, live: bool) -> None:
         self.live = live
@@ -135,8 +136,8 @@ class WhyTab(Tab):
 
     def steps_reset(self, steps) -> None:
         self.profile = None
-        plots.redraw(self.charts["why-profile"], plots.profile_figure(None))
-        self.profile_text.value = ""
+        plots.redraw(self.parts["why-profile"], plots.profile_figure(None))
+        self.parts["why-profile-text"].value = ""
         if self.live:
             self.refresh()
 
@@ -148,18 +149,9 @@ class WhyTab(Tab):
         model = self.dash.session.lm.info.name
         mine = self.calibration is not None and model in self.calibration.models
         if not mine:  # nothing of another model's calibration shows (its bar neither)
-            self.progress.value = 0
-            self.calibration_text.value = (
-                "No calibration for this model yet: predictions are the plain roofline bound."
-            )
-
-    def threads(self):
-        return [self._thread]
-
-    def set_busy(self, busy: bool) -> None:
-        self.profile_button.disabled = busy
-        self.calibrate_button.disabled = busy
-        self.stop_button.disabled = not busy or self._thread is None
+            self.parts["why-calibrate-progress"].value = 0
+            text = "No calibration for this model yet: predictions are the plain roofline bound."
+            self.parts["why-calibration-text"].value = text
 
     # --- views ---
 
@@ -173,11 +165,11 @@ class WhyTab(Tab):
         self.show_trust()
 
     def show_split(self) -> None:
-        plots.redraw(self.charts["why-split"], plots.split_figure(self.step()))
+        plots.redraw(self.parts["why-split"], plots.split_figure(self.step()))
 
     def show_trust(self) -> None:
         self._since_trust = 0
-        plots.redraw(self.charts["why-trust"], plots.trust_figure(trust(self.dash.session.trace)))
+        plots.redraw(self.parts["why-trust"], plots.trust_figure(trust(self.dash.session.trace)))
 
     # --- profile ---
 
@@ -186,8 +178,8 @@ class WhyTab(Tab):
         step = self.step()
         self.profile = self.dash.session.profile_step(None if step is None else step.index)
         p = self.profile
-        plots.redraw(self.charts["why-profile"], plots.profile_figure(p))
-        self.profile_text.value = (
+        plots.redraw(self.parts["why-profile"], plots.profile_figure(p))
+        self.parts["why-profile-text"].value = (
             f"On this model, {100 * p['python_share']:.0f}% of step {p['step']} is framework/Python "
             f"time; the top three parts are {', '.join(p['top'])} (measured, {p['timing']}, median "
             f"of {p['repeats']}; unprofiled latency "
@@ -201,55 +193,38 @@ class WhyTab(Tab):
 
     def start_calibration(self) -> bool:
         """Measure the calibration grid on a background thread. False if it did not start."""
-        g = self.dash.guard
-        if not g.start("Calibration"):
-            return False
         lm = self.dash.session.lm
         kwargs = {
             "batches": CALIBRATION_BATCHES,
             "contexts": calibration_contexts(lm.info.max_positions),
             "repeats": 3,
         }
-        self._stop.clear()
-        self.progress.value = 0
-        self.in_background(
+        return self.runner.start(
             f"Calibrating on {lm.info.name}: decode at batches {list(kwargs['batches'])} x contexts "
             f"{kwargs['contexts']}… (Stop ends it after the current cell)",
             self._calibrate,
             lm,
             kwargs,
-            name="explorer-calibrate",
         )
-        return True
 
     def _calibrate(self, lm, kwargs) -> None:
-        g = self.dash.guard
-
-        def tick(done: int, total: int) -> None:
-            self.progress.max, self.progress.value = max(total, 1), done
-
+        g, r = self.dash.guard, self.runner
         t0 = time.perf_counter()
-        try:
-            df = sweeps.run("regime-map", lm, progress=tick, bar=False, stop=self._stop, **kwargs)
-            cal = calibration_from([df], refuse_busy=True)  # busy: the last good fit stays
-            calibrate.use(cal)
-            self.calibration = cal
-            with g.lock:
-                if self.dash.session.lm is lm:
-                    self.dash.session.trace.calibration = cal.to_dict()
-                self.calibration_text.value = (
-                    f"Calibration in use for {lm.info.name} ({cal.device}, {cal.dtype}, "
-                    f"{cal.threads} threads; measured in {time.perf_counter() - t0:.0f} s): "
-                    f"{cal.summary()}"
-                )
-                self.show_trust()
-            g.say(
-                f"Calibrated on {cal.n_train} steps; held-out median error "
-                f"{cal.heldout_err_before_pct:.0f}% (roofline bound) -> "
-                f"{cal.heldout_err_after_pct:.0f}% (calibrated) on {cal.n_heldout} steps.",
-                "ok",
+        df = sweeps.run("regime-map", lm, progress=r.tick, bar=False, stop=r.stop_event, **kwargs)
+        cal = calibration_from([df], refuse_busy=True)  # busy: the last good fit stays
+        calibrate.use(cal)
+        self.calibration = cal
+        with g.lock:
+            if self.dash.session.lm is lm:
+                self.dash.session.trace.calibration = cal.to_dict()
+            self.parts["why-calibration-text"].value = (
+                f"Calibration in use for {lm.info.name} ({cal.device}, {cal.dtype}, "
+                f"{cal.threads} threads; measured in {time.perf_counter() - t0:.0f} s): "
+                f"{cal.summary()}"
             )
-        except Exception as err:  # noqa: BLE001 - shown; the previous calibration stays in use
-            g.fail(err, "Calibration")
-        finally:
-            g.finish()
+            self.show_trust()
+        r.finished(
+            f"Calibrated on {cal.n_train} steps; held-out median error "
+            f"{cal.heldout_err_before_pct:.0f}% (roofline bound) -> "
+            f"{cal.heldout_err_after_pct:.0f}% (calibrated) on {cal.n_heldout} steps."
+        )

@@ -20,6 +20,7 @@ from explorer.serving.scenarios._figures import percentile_ms, ratio
 from explorer.serving.workload import Workload
 
 LONG_ID = "long"
+LONG_OUTPUT = 4  # tokens the long prompt generates: its cost is its prefill
 DECODING = 4  # the long prompt arrives this many of the short requests' ITLs after their TTFT
 LOCAL = {
     "shorts": 6,
@@ -45,6 +46,55 @@ MODELLED = {
     "long_at": 0.5,
     "chunk": 512,
 }
+
+
+def workloads(sizes: dict, seed: int = 0) -> tuple[Workload, Workload]:
+    """The experiment: the short requests (arriving at once) and the one long prompt (its arrival
+    set by with_long); sizes as a preset's (shorts, input_len, output_len, long_len)."""
+    shorts = Workload(
+        num_prompts=sizes["shorts"],
+        input_len=sizes["input_len"],
+        output_len=sizes["output_len"],
+        seed=seed,
+    )
+    long = Workload(
+        num_prompts=1, input_len=sizes["long_len"], output_len=LONG_OUTPUT, seed=seed + 1
+    )
+    return shorts, long
+
+
+def with_long(shorts: list, long: list, at: float) -> list:
+    """The short requests and the long prompt (id LONG_ID) arriving at `at` seconds."""
+    (request,) = long
+    return [*shorts, replace(request, id=LONG_ID, arrival_s=at)]
+
+
+def long_arrival(result: dict) -> float | None:
+    """When the long prompt arrives, from a run of the short requests alone (its vLLM result):
+    their median TTFT + DECODING inter-token latencies, so it lands while they decode however fast
+    the machine is (None when the run measured neither)."""
+    at = ((result["median_ttft_ms"] or 0) + DECODING * (result["median_itl_ms"] or 0)) / 1e3
+    return at or None
+
+
+def figures(res) -> dict:
+    """One run's figures (ms): the other requests' ITL percentiles (explorer._stats.percentile,
+    interpolated, as vLLM), the long prompt's TTFT, and its largest prefill iteration."""
+    others = [r for r in res.records if r.id != LONG_ID]
+    long = next((r for r in res.records if r.id == LONG_ID), None)
+    itls = [x for r in others for x in r.itl]
+    big = max(res.iterations, key=lambda i: i.prefill_tokens, default=None)
+    slowest = max((i.seconds for i in res.iterations), default=0.0)
+    return {
+        "max_batch_tokens": res.engine.get("max_batch_tokens"),
+        "others_p99_itl_ms": percentile_ms(itls, 99),
+        "others_max_itl_ms": percentile_ms(itls, 100),
+        "others_median_itl_ms": percentile_ms(itls, 50),
+        "long_ttft_ms": None if long is None or long.ttft is None else long.ttft * 1e3,
+        "largest_prefill_tokens": 0 if big is None else big.prefill_tokens,
+        "decodes_in_largest_prefill": 0 if big is None else big.decode_requests,
+        "slowest_iteration_ms": slowest * 1e3,
+    }
 
 
 @register
@@ -76,24 +126,11 @@ class HeadOfLine(Scenario):
         res = ctx.serve(
             ScenarioRun("calibration (the short requests alone)", shorts, ctx.engine), keep=False
         )
-        r = res.result
-        at = ((r["median_ttft_ms"] or 0) + DECODING * (r["median_itl_ms"] or 0)) / 1e3
-        ctx.notes["long_at"] = at or s["long_at"]
+        ctx.notes["long_at"] = long_arrival(res.result) or s["long_at"]
 
     def requests(self, ctx) -> list:
-        s = self.sizes(ctx)
-        shorts = ctx.requests(
-            Workload(
-                num_prompts=s["shorts"],
-                input_len=s["input_len"],
-                output_len=s["output_len"],
-                seed=0,
-            )
-        )
-        (long,) = ctx.requests(
-            Workload(num_prompts=1, input_len=s["long_len"], output_len=4, seed=1)
-        )
-        return [*shorts, replace(long, id=LONG_ID, arrival_s=ctx.notes["long_at"])]
+        shorts, long = workloads(self.sizes(ctx))
+        return with_long(ctx.requests(shorts), ctx.requests(long), ctx.notes["long_at"])
 
     def plan(self, ctx, label: str, chunked: bool) -> ScenarioRun:
         s, reqs = self.sizes(ctx), self.requests(ctx)
@@ -108,24 +145,7 @@ class HeadOfLine(Scenario):
         return self.plan(ctx, "chunked prefill", chunked=True)
 
     def evidence(self, broken, fixed, notes) -> dict:
-        def side(res) -> dict:
-            others = [r for r in res.records if r.id != LONG_ID]
-            long = next((r for r in res.records if r.id == LONG_ID), None)
-            itls = [x for r in others for x in r.itl]
-            big = max(res.iterations, key=lambda i: i.prefill_tokens, default=None)
-            slowest = max((i.seconds for i in res.iterations), default=0.0)
-            return {
-                "max_batch_tokens": res.engine.get("max_batch_tokens"),
-                "others_p99_itl_ms": percentile_ms(itls, 99),
-                "others_max_itl_ms": percentile_ms(itls, 100),
-                "others_median_itl_ms": percentile_ms(itls, 50),
-                "long_ttft_ms": None if long is None or long.ttft is None else long.ttft * 1e3,
-                "largest_prefill_tokens": 0 if big is None else big.prefill_tokens,
-                "decodes_in_largest_prefill": 0 if big is None else big.decode_requests,
-                "slowest_iteration_ms": slowest * 1e3,
-            }
-
-        ev = {"broken": side(broken), "fixed": side(fixed)}
+        ev = {"broken": figures(broken), "fixed": figures(fixed)}
         b, f = ev["broken"], ev["fixed"]
         ev["long_len"] = next((r.input_len for r in broken.records if r.id == LONG_ID), None)
         ev["long_at_s"] = notes.get("long_at")

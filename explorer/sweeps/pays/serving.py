@@ -11,8 +11,9 @@ continuous       continuous batching (transformers' engine, max_requests_per_bat
                                    saturation: marked unstable, its figures kept out of the speedup
 chunked-prefill  the continuous engine with max_batch_tokens = the chunk (a long prompt is
                  prefilled chunk by chunk between the other requests' decode steps) against the same
-                 engine with room for the whole prompt in one iteration. A long prompt arrives while
-                 short requests decode. speedup = the short requests' p99 inter-token latency gain;
+                 engine with room for the whole prompt in one iteration: the head-of-line
+                 scenario's experiment (its workload, arrival rule and figures, at its small
+                 sizes). speedup = the short requests' p99 inter-token latency gain;
                  the long prompt's TTFT cost is in each row's why and attrs["long_prompt_ttft_s"].
                    --over chunk    max_batch_tokens
 
@@ -28,11 +29,11 @@ from __future__ import annotations
 import statistics
 
 from explorer._format import ms
-from explorer._stats import percentile
 from explorer.costs.parts import shape_of
 from explorer.costs.timing import alternate
 from explorer.costs.tricks import ratio
 from explorer.serving import Workload, serve
+from explorer.serving.scenarios import head_of_line
 from explorer.serving.simulate import simulate
 from explorer.serving.simulate.steptime import StepModel, busy_gap, fit, startup_delay
 from explorer.sweeps._common import StopSweep
@@ -43,7 +44,6 @@ from explorer.sweeps.pays._why import regime_phrase
 NUM_PROMPTS, INPUT_LEN, OUTPUT_LEN, MAX_BATCH = 8, 16, 12, 4
 RATE_PROMPTS = 24  # a rate point needs 8+ arrivals in its second half to be judged steady or not
 RATE_SPREAD = 0.0  # the rate axis keeps lengths fixed: one reason at a time
-SHORT_PROMPTS, SHORT_OUTPUT, LONG_LEN, LONG_OUTPUT = 4, 24, 192, 4
 MAX_SPREAD, MAX_RATE = 3.0, 10_000.0  # the continuous trick's axes: beyond, nothing new
 
 
@@ -213,40 +213,40 @@ def _continuous_why(ctx, value, requests, base, fast, parts, batch: int) -> str:
 
 
 def _chunk_requests(ctx: TrickContext):
-    """Short requests decoding from t=0, and one long prompt arriving among them."""
-    cap = (ctx.lm.info.max_positions or 10**6) - LONG_OUTPUT - 1
-    long_len = min(_opt(ctx, "long_len", LONG_LEN), cap)
-    shorts = Workload(num_prompts=_opt(ctx, "short_prompts", SHORT_PROMPTS), input_len=INPUT_LEN,
-                      output_len=_opt(ctx, "short_output", SHORT_OUTPUT), seed=ctx.seed).requests(ctx.lm)  # fmt: skip
-    (long,) = Workload(num_prompts=1, input_len=long_len, output_len=LONG_OUTPUT,
-                       seed=ctx.seed + 1).requests(ctx.lm)  # fmt: skip
-    long.id = "long"
-    return shorts, long
+    """The head-of-line scenario's experiment (explorer.serving.scenarios.head_of_line) at its
+    small sizes: short requests decoding from t=0, and its long prompt (capped at the model's
+    context); options long_len, short_prompts, short_output resize it."""
+    small = head_of_line.SMALL
+    cap = (ctx.lm.info.max_positions or 10**6) - head_of_line.LONG_OUTPUT - 1
+    sizes = {
+        **small,
+        "long_len": min(_opt(ctx, "long_len", small["long_len"]), cap),
+        "shorts": _opt(ctx, "short_prompts", small["shorts"]),
+        "output_len": _opt(ctx, "short_output", small["output_len"]),
+    }
+    shorts, long = head_of_line.workloads(sizes, seed=ctx.seed)
+    return shorts.requests(ctx.lm), long.requests(ctx.lm)
 
 
-def _others_p99_itl(res) -> float | None:
-    """The short requests' p99 inter-token gap (s; explorer._stats.percentile, interpolated)."""
-    return percentile((g for r in res.records if r.id != "long" for g in r.itl), 99)
-
-
-def _long_ttft(res) -> float | None:
-    return next((r.ttft for r in res.records if r.id == "long"), None)
+def _figure_s(runs, key: str) -> float | None:
+    """The median over runs of one of the scenario's figures (head_of_line.figures, ms), in s."""
+    got = _median(head_of_line.figures(r)[key] for r in runs)
+    return None if got is None else got / 1e3
 
 
 def setup_chunked(ctx: TrickContext):
     shorts, long = _chunk_requests(ctx)
-    whole = {"max_batch_tokens": len(long.prompt_ids) + len(shorts) + 1}
+    long_len = len(long[0].prompt_ids)
+    whole = {"max_batch_tokens": long_len + len(shorts) + 1}
     _run(ctx, shorts[:1], "continuous", whole)  # warm-up, discarded
     alone = _run(ctx, shorts, "continuous", whole)
-    # the long prompt arrives a third of the way through the short requests' decoding
-    firsts = [r.token_s[len(r.token_s) // 3] - r.sent_s for r in alone.records if r.token_s]
-    long.arrival_s = statistics.median(firsts)
-    requests = [*shorts, long]
+    at = head_of_line.long_arrival(alone.result) or 0.0  # the scenario's rule: while they decode
+    requests = head_of_line.with_long(shorts, long, at)
     probe = _run(ctx, requests, "continuous", {"max_batch_tokens": 16})
     steps = _fit_steps(ctx, [alone, probe, _run(ctx, requests, "continuous", whole)])
     ctx.attrs.update(
-        long_prompt_len=len(long.prompt_ids),
-        long_prompt_arrival_s=long.arrival_s,
+        long_prompt_len=long_len,
+        long_prompt_arrival_s=at,
         baseline_max_batch_tokens=whole["max_batch_tokens"],
         metric="the short requests' p99 inter-token latency",
         long_prompt_ttft_s={},
@@ -258,23 +258,20 @@ def setup_chunked(ctx: TrickContext):
             "base": lambda: _run(ctx, requests, "continuous", whole),
             "fast": lambda: _run(ctx, requests, "continuous", trick),
         })  # fmt: skip
-        base_itl = _median(_others_p99_itl(r) for r in got["base"])
-        fast_itl = _median(_others_p99_itl(r) for r in got["fast"])
-        ttft = (
-            _median(_long_ttft(r) for r in got["base"]),
-            _median(_long_ttft(r) for r in got["fast"]),
-        )
+        base_itl = _figure_s(got["base"], "others_p99_itl_ms")
+        fast_itl = _figure_s(got["fast"], "others_p99_itl_ms")
+        ttft = (_figure_s(got["base"], "long_ttft_ms"), _figure_s(got["fast"], "long_ttft_ms"))
         ctx.attrs["long_prompt_ttft_s"][chunk] = {"baseline": ttft[0], "trick": ttft[1]}
         sim = [simulate(ctx.lm.info, requests, "continuous", steps, requests=requests, **k)
                for k in (whole, trick)]  # fmt: skip
-        parts = _prefill_split(ctx, got["base"][0], len(long.prompt_ids))
+        parts = _prefill_split(ctx, got["base"][0], long_len)
         return {
             "baseline_s": base_itl,
             "trick_s": fast_itl,
-            "predicted_speedup": ratio(_others_p99_itl(sim[0]), _others_p99_itl(sim[1])),
+            "predicted_speedup": ratio(*(_figure_s([r], "others_p99_itl_ms") for r in sim)),
             "regime": parts["regime"],
             "how": MEASURED,
-            "why": _chunk_why(chunk, len(long.prompt_ids), parts, base_itl, fast_itl, ttft),
+            "why": _chunk_why(chunk, long_len, parts, base_itl, fast_itl, ttft),
         }
 
     return point

@@ -87,8 +87,8 @@ class _Spec:
                 s = SpeculativeSession(
                     self.ctx.lm, self.draft, prompt, Sampling(greedy=True), k=k,
                     max_new_tokens=self.n_tokens, stop_at_eos=False, record_steps=False,
+                    peaks=self.ctx.peaks(),  # its pass records use the sweep's peaks
                 )  # fmt: skip
-                s._peaks = self.ctx.peaks()  # its pass records use the sweep's peaks
                 s.run(self.n_tokens)
                 st = s.stats()
                 tested, accepted = tested + st["tested"], accepted + st["accepted"]
