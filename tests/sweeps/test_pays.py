@@ -10,6 +10,7 @@ import torch
 
 from explorer import sweeps
 from explorer.costs.calibrate import Calibration
+from explorer.costs.guards import speculative_bound
 from explorer.costs.hardware import Peaks
 from explorer.costs.speculation import expected_tokens_per_round
 from explorer.sweeps import pays
@@ -228,6 +229,8 @@ def test_a_measured_cell_is_the_parts_formula_over_its_own_timings(target, draft
         expected_tokens_per_round(0.5, 2) / (got["verify_cost"] + 2 * got["draft_cost"])
     )
     assert got["repeats"] == 1 and got["device"] == str(target.device)
+    over = got["speedup"] > speculative_bound(0.5, 2, got["draft_cost"])  # a verify timed too fast
+    assert (got["flag"] is not None) == over and (not over or "Leviathan's bound" in got["flag"])
 
 
 # --- bad input: one line each -------------------------------------------------------------------

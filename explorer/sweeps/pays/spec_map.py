@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
+from explorer.costs.guards import speculative_bound
 from explorer.costs.speculation import expected_tokens_per_round
 from explorer.costs.tricks import speculative_speedup
 from explorer.sweeps.pays import crossover
@@ -68,9 +70,13 @@ def _calibrated(info, cal) -> Clock:
 def on_chip(target_info, draft_info, chip: str) -> Setting:
     """Clocks of one `chip` on paper (CHIP_RULE, the what-if's fitted efficiencies and overheads);
     kv_tokens: what the target's KV budget holds once the draft's weights are in, at the KV bytes
-    of both models per token."""
+    of both models per token. target_info, draft_info: ModelInfo, or "arch:" names (bf16)."""
     from explorer.costs.parts import shape_of
     from explorer.serving.simulate.whatif import chip_model
+
+    target_info, draft_info = (
+        _on_meta(x).info if isinstance(x, str) else x for x in (target_info, draft_info)
+    )
 
     (tm, tplan), (dm, dplan) = chip_model(target_info, chip), chip_model(draft_info, chip)
     ts, ds = shape_of(target_info), shape_of(draft_info)
@@ -126,10 +132,13 @@ def measured_cell(
         speculative_speedup(alpha, k, v, d, o)
         for o, v, d in zip(*(got[n].samples for n in arms), strict=True)
     ]
+    speedup = speculative_speedup(alpha, k, tv, td, t1)
+    bound = speculative_bound(alpha, k, td / t1)
     return {
         "batch": batch,
         "context": context,
-        "speedup": speculative_speedup(alpha, k, tv, td, t1),
+        "speedup": speedup,
+        "flag": None if speedup <= bound else _flag(batch, context, k, speedup, bound, tv, t1),
         "low": min(per),
         "high": max(per),
         "draft_cost": td / t1,
@@ -138,6 +147,15 @@ def measured_cell(
         "device": str(target.device),
         "dtype": target.info.dtype,
     }
+
+
+def _flag(batch, context, k, speedup, bound, tv, t1) -> str:
+    return (
+        f"batch {batch}, context {context}: {speedup:.2f}x is above Leviathan's bound {bound:.2f}x "
+        f"(a free verify) at this alpha and draft cost: the {k + 1}-token verify pass timed faster "
+        f"than the 1-token pass ({tv * 1e3:.3g} < {t1 * 1e3:.3g} ms), more work in less time, so "
+        "the machine changed under the run: a timing, not a lesson; rerun it"
+    )
 
 
 @dataclass
@@ -217,14 +235,23 @@ def pair_verdict(target, draft) -> tuple[bool, str]:
 
 
 def _as_model(model):
-    if not isinstance(model, str):
-        return model
+    return _on_meta(model) if isinstance(model, str) else model
+
+
+@lru_cache(maxsize=8)
+def _on_meta(name: str):
+    """An architecture shape as a LoadedModel on the meta device (bf16: no bytes allocated)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from explorer.model.loader import LoadedModel, arch_config, arch_info
+    from explorer.model.loader import LoadedModel, arch_config, model_info
 
-    config, _ = arch_config(model)
+    config, meta = arch_config(name)
     with torch.device("meta"):
-        built = AutoModelForCausalLM.from_config(config)
-    return LoadedModel(model=built, tokenizer=None, info=arch_info(model, "bfloat16"))
+        built = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    full = name if name.startswith("arch:") else f"arch:{name}"
+    info = model_info(
+        built, name=full, source="arch", random_weights=True, hub_id=meta.get("hub_id")
+    )
+    info.device = "meta (not allocated)"
+    return LoadedModel(model=built, tokenizer=None, info=info)
