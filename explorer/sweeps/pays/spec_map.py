@@ -16,6 +16,7 @@ target and draft can hold together on it). Why a map has the shape it has: WHY.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -116,8 +117,9 @@ def measured_cell(
     target, draft, alpha: float, k: int, batch: int, context: int, repeats: int, seed: int = 0
 ) -> dict:  # fmt: skip
     """One cell measured here: t_1, t_v and t_d of the loaded models timed alternately
-    (explorer.costs.timing.alternate, one warm-up each) on seeded ids, their estimates in the
-    parts formula, with the lowest and highest speedup of single repeats (the spread)."""
+    (explorer.costs.timing.alternate, one warm-up each) on seeded ids. Each repeat's three passes
+    run back to back, so each repeat gives one speedup by the parts formula: the cell is their
+    median, low and high their range; draft_cost and verify_cost are medians of the same ratios."""
     from explorer.costs.timing import alternate
     from explorer.sweeps.pays._context import one_pass
 
@@ -127,41 +129,42 @@ def measured_cell(
         "draft": one_pass(draft, batch, 1, context + 1, seed=seed),
     }
     got = alternate(arms, repeats, target.device, warmup=1)
-    t1, tv, td = (got[n].estimate for n in arms)
-    per = [
-        speculative_speedup(alpha, k, v, d, o)
-        for o, v, d in zip(*(got[n].samples for n in arms), strict=True)
-    ]
-    speedup = speculative_speedup(alpha, k, tv, td, t1)
-    bound = speculative_bound(alpha, k, td / t1)
+    rounds = list(zip(*(got[n].samples for n in arms), strict=True))  # (t_1, t_v, t_d) per repeat
+    per = [speculative_speedup(alpha, k, tv, td, t1) for t1, tv, td in rounds]
+    c = statistics.median(td / t1 for t1, _, td in rounds)
+    v = statistics.median(tv / t1 for t1, tv, _ in rounds)
+    speedup = statistics.median(per)
     return {
         "batch": batch,
         "context": context,
         "speedup": speedup,
-        "flag": None if speedup <= bound else _flag(batch, context, k, speedup, bound, tv, t1),
         "low": min(per),
         "high": max(per),
-        "draft_cost": td / t1,
-        "verify_cost": tv / t1,
+        "draft_cost": c,
+        "verify_cost": v,
+        "flag": None
+        if v >= 1
+        else _flag(batch, context, k, speedup, speculative_bound(alpha, k, c), v),
         "repeats": repeats,
         "device": str(target.device),
         "dtype": target.info.dtype,
     }
 
 
-def _flag(batch, context, k, speedup, bound, tv, t1) -> str:
+def _flag(batch, context, k, speedup, bound, v) -> str:
     return (
-        f"batch {batch}, context {context}: {speedup:.2f}x is above Leviathan's bound {bound:.2f}x "
-        f"(a free verify) at this alpha and draft cost: the {k + 1}-token verify pass timed faster "
-        f"than the 1-token pass ({tv * 1e3:.3g} < {t1 * 1e3:.3g} ms), more work in less time, so "
-        "the machine changed under the run: a timing, not a lesson; rerun it"
+        f"batch {batch}, context {context}: the {k + 1}-token verify pass timed at {v:.2f} of a "
+        f"1-token pass, more work in less time, so the machine changed under the run ({speedup:.2f}x "
+        f"against Leviathan's bound {bound:.2f}x with a free verify): a timing, not a lesson; rerun it"
     )
 
 
 @dataclass
 class SpecMap:
     """The modelled speedup over contexts (rows) x batches (columns); None where the cell's KV does
-    not fit. flips[i]: the batch where contexts[i]'s row crosses 1 (SCAN; None: not in it)."""
+    not fit. flips[i]: the batch where contexts[i]'s row crosses 1 on the scan (None: it does not);
+    at_first[i]: its speedup at the scan's first batch; max_rows[i]: the rows whose KV fits at that
+    context (None: not limited)."""
 
     label: str
     alpha: float
@@ -172,30 +175,32 @@ class SpecMap:
     draft_cost: list[list[float]]
     verify_cost: list[list[float]]
     flips: list[float | None]
+    at_first: list[float]
+    max_rows: list[int | None]
     scan: list[int] = field(default_factory=lambda: list(SCAN))
 
     def lines(self) -> list[str]:
-        """One line per context: where the speedup flips (or that it does not)."""
+        """One line per context: where the speedup flips (or that it does not), and what fits."""
         out = []
-        for ctx, flip, row in zip(self.contexts, self.flips, self.speedup, strict=True):
-            fit = [s for s in row if s is not None]
+        for ctx, flip, first, rows in zip(
+            self.contexts, self.flips, self.at_first, self.max_rows, strict=True
+        ):
+            pays, costs = ("pays", "costs") if first >= 1 else ("costs", "pays")
             if flip is not None:
-                pays_first = bool(fit) and fit[0] >= 1
-                below, above = ("pays", "costs") if pays_first else ("costs", "pays")
-                where = f"{below} below batch {flip:.0f}, {above} above it"
-            elif fit and min(fit) >= 1:
-                where = f"pays at every batch up to {self.scan[-1]}"
+                where = f"{pays} below batch {flip:.0f}, {costs} above it"
             else:
-                where = f"costs at every batch from 1 to {self.scan[-1]}"
-            out.append(f"context {ctx}: {where}")
+                where = f"{pays} at every batch from {self.scan[0]} to {self.scan[-1]}"
+            fit = "" if rows is None else f" (the KV of {rows:,} rows fits)"
+            out.append(f"context {ctx}: {where}{fit}")
         return out
 
 
 def speedup_map(
     setting: Setting, alpha: float, k: int, batches, contexts, scan=SCAN
 ) -> SpecMap:  # fmt: skip
-    """The modelled map over batches x contexts, with each context's flip batch."""
+    """The modelled map over batches x contexts, with each context's flip batch on the scan."""
     cells = [[cell(setting, alpha, k, b, c) for b in batches] for c in contexts]
+    along = [[cell(setting, alpha, k, b, c)["speedup"] for b in scan] for c in contexts]
     return SpecMap(
         label=setting.label,
         alpha=alpha,
@@ -208,7 +213,12 @@ def speedup_map(
         ],
         draft_cost=[[x["draft_cost"] for x in row] for row in cells],
         verify_cost=[[x["verify_cost"] for x in row] for row in cells],
-        flips=[flip_batch(setting, alpha, k, c, scan) for c in contexts],
+        flips=[crossover(list(scan), speeds) for speeds in along],
+        at_first=[speeds[0] for speeds in along],
+        max_rows=[
+            None if setting.kv_tokens is None else int(setting.kv_tokens // (c + k + 1))
+            for c in contexts
+        ],
         scan=list(scan),
     )
 
