@@ -84,6 +84,11 @@ CI_SCALE = {
         "SPREADS": [0.0, 1.0],
         "NUM_PROMPTS": 4,
         "BIG_MODEL": None,
+        "MAP_BATCHES": [1, 16],
+        "MAP_CONTEXTS": [32, 448],
+        "MAP_MEASURED": [(1, 448), (16, 32)],  # a long prefill per arm costs seconds
+        "PAPER_BATCHES": [1, 256],
+        "PAPER_CONTEXTS": [256, 4096],
     },
 }
 
@@ -354,6 +359,30 @@ def check_12(f: dict) -> None:
         [expected_speedup(lev["alpha"], k, lev["c"]) for k in lev["ks"]]
     )
     assert all(b < k + 1 for b, k in zip(lev["bound"], lev["ks"]))
+    _check_12_map(f)
+
+
+def _check_12_map(f: dict) -> None:
+    """Speculation's batch x context map: its shape, and (modelled values on paper, never a
+    timing) the flip at large batch that moves out with the context; the pair check's verdicts."""
+    for m in f["spec_map"].values():
+        assert len(m["speedup"]) == len(m["contexts"]) == len(m["flips"]) >= 2
+        assert all(len(row) == len(m["batches"]) >= 2 for row in m["speedup"])
+    p = f["spec_map"]["paper"]
+    short = p["speedup"][0]  # the shortest context: pays at batch 1, costs at the largest batch
+    assert short[0] > 1 > short[-1], short
+    assert p["verify_cost"][0][-1] > 2 * p["verify_cost"][0][0], "the verify turns compute-bound"
+    flips = [float("inf") if x is None else x for x in p["flips"]]
+    assert flips[0] < float("inf") and flips == sorted(flips), "the flip moves out with context"
+    assert flips[-1] > flips[0], p["flips"]
+    c1 = [row[0] for row in p["draft_cost"]]  # batch 1: the draft's own KV read weighs more
+    assert c1 == sorted(c1) and c1[-1] > c1[0], c1
+    measured = f["spec_map_measured"]  # labelled: device, dtype, repeats
+    assert measured and all(m["repeats"] >= 3 and m["device"] and m["dtype"] for m in measured)
+    v = f["pair"]["verdicts"]
+    assert v == {"notebook": True, "GPU pair on paper": True, "a mismatched pair": False}, v
+    line = f["pair"]["mismatched_line"]
+    assert "differ" in line and "\n" not in line, line
 
 
 def check_13(f: dict) -> None:

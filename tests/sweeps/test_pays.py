@@ -10,9 +10,19 @@ import torch
 
 from explorer import sweeps
 from explorer.costs.calibrate import Calibration
+from explorer.costs.guards import speculative_bound
 from explorer.costs.hardware import Peaks
+from explorer.costs.speculation import expected_tokens_per_round
 from explorer.sweeps import pays
-from explorer.sweeps.pays import MEASURED, Axis, Trick, crossings, crossover, register_trick
+from explorer.sweeps.pays import (
+    MEASURED,
+    Axis,
+    Trick,
+    crossings,
+    crossover,
+    register_trick,
+    spec_map,
+)
 
 PEAKS = Peaks(device="cpu", dtype="float32", bandwidth_gbps=10.0, flops=1e11, method="modelled")
 CAL = Calibration(1e-9, 1e-11, 1e-3, None, models=["any"])  # hand-made: no fit, no timing
@@ -164,6 +174,65 @@ def test_speculative_past_batch_1_is_modelled_from_measured_parts(target, draft)
     assert df.attrs["parts_speedup"] == pytest.approx(dict(zip([2, 3], df["speedup"])))
     assert set(df.attrs["draft_cost"]) == set(df.attrs["verify_cost"]) == {2, 3}
     assert all(c > 0 for c in df.attrs["draft_cost"].values())
+
+
+# --- speculation's batch x context map (modelled; one cell measured) and the pair check ----------
+
+
+@pytest.fixture(scope="module")
+def h100_pair():
+    from explorer.model.loader import arch_info
+
+    t, d = (arch_info(n, "bfloat16") for n in ("llama-3.1-8b", "llama-3.2-1b"))
+    return spec_map.on_chip(t, d, "h100")
+
+
+def test_the_map_on_paper_flips_with_batch_and_the_flip_moves_out_with_context(h100_pair):
+    m = spec_map.speedup_map(h100_pair, 0.7, 4, [1, 256], [256, 4096])
+    assert [len(row) for row in m.speedup] == [2, 2] and len(m.flips) == 2
+    small, large = (spec_map.cell(h100_pair, 0.7, 4, b, 256) for b in (1, 256))
+    assert small["speedup"] > 1 > large["speedup"], "pays at batch 1, costs at 256 (short context)"
+    assert large["verify_cost"] > 2 * small["verify_cost"], "the verify turns compute-bound"
+    assert m.flips[0] is not None and (m.flips[1] is None or m.flips[1] > m.flips[0])
+    long = spec_map.cell(h100_pair, 0.7, 4, 1, 4096)
+    assert long["draft_cost"] > small["draft_cost"], "the draft's own KV read grows with context"
+    assert m.speedup[1][1] is None, "256 rows of 4096 tokens do not fit beside both models"
+    assert m.lines()[0].startswith("context 256: pays below batch") and "rows fits" in m.lines()[0]
+    assert m.max_rows[1] < 256 and m.lines()[1].startswith("context 4096: pays at every batch")
+
+
+def test_a_hand_made_clock_gives_the_parts_formula_and_its_flip():
+    setting = spec_map.Setting(
+        target=lambda b, fed, past: 1.0 + 0.1 * (fed - 1) * b,  # the verify costs more per row
+        draft=lambda b, fed, past: 0.1,
+        label="hand-made",
+    )
+    got = spec_map.cell(setting, 0.5, 2, 1, 10)
+    assert got["speedup"] == pytest.approx(expected_tokens_per_round(0.5, 2) / 1.4)
+    speedups = [spec_map.cell(setting, 0.5, 2, b, 10)["speedup"] for b in (1, 2, 4)]
+    flip = spec_map.flip_batch(setting, 0.5, 2, 10, scan=(1, 2, 4))
+    assert 2 < flip < 4 and flip == pytest.approx(crossover([1, 2, 4], speedups))
+
+
+def test_the_pair_check_refuses_two_vocabularies_in_one_line(target, draft):
+    ok, line = spec_map.pair_verdict(target, draft)
+    assert ok and "the same tokenizer" in line
+    ok, line = spec_map.pair_verdict("arch:llama-3.1-8b", "arch:llama-3.2-1b")
+    assert ok and "128,256" in line
+    ok, line = spec_map.pair_verdict("arch:llama-3.1-8b", "arch:smollm2-135m")
+    assert not ok and "differ in size" in line and "\n" not in line
+
+
+def test_a_measured_cell_is_the_parts_formula_over_its_own_timings(target, draft):
+    got = spec_map.measured_cell(target, draft, 0.5, 2, batch=1, context=8, repeats=1)
+    assert got["low"] == pytest.approx(got["speedup"]) == pytest.approx(got["high"])
+    assert got["speedup"] == pytest.approx(
+        expected_tokens_per_round(0.5, 2) / (got["verify_cost"] + 2 * got["draft_cost"])
+    )
+    assert got["repeats"] == 1 and got["device"] == str(target.device)
+    too_fast = got["verify_cost"] < 1  # a 3-token pass timed faster than a 1-token one
+    assert (got["flag"] is not None) == too_fast and (not too_fast or "rerun" in got["flag"])
+    assert (got["speedup"] > speculative_bound(0.5, 2, got["draft_cost"])) == too_fast
 
 
 # --- bad input: one line each -------------------------------------------------------------------
