@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -88,10 +87,17 @@ def _stop_server(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server_proc(tmp_path_factory):
+    """One `transformers serve` for the module (its start is ~10 s of imports and loading); the
+    last test of the file kills it mid-run."""
     proc, url = _start_server(tmp_path_factory.mktemp("serve"))
-    yield url
+    yield proc, url
     _stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def server(server_proc):
+    return server_proc[1]
 
 
 WL = Workload(
@@ -204,18 +210,24 @@ def test_no_server_fails_before_the_run_naming_the_url(target):
         serve(target, WL, "http", base_url=url)
 
 
-def test_a_server_dying_mid_run_keeps_what_finished(target, tmp_path):
-    proc, url = _start_server(tmp_path)
-    try:
-        wl = Workload(
-            num_prompts=16, arrival="fixed", request_rate=4.0, input_len=12, output_len=8, seed=2
-        )
-        killer = threading.Timer(1.6, lambda: os.killpg(proc.pid, signal.SIGKILL))
-        killer.start()
-        res = serve(target, wl, "http", base_url=url)
-        killer.join()
-    finally:
-        _stop_server(proc)
+def test_a_server_dying_mid_run_keeps_what_finished(target, server_proc, tmp_path, monkeypatch):
+    """Last in the file: it kills the module's server once the first request has finished (an
+    event, not a timer: under load a fixed delay killed it before any had)."""
+    from explorer.serving.engines import http
+
+    proc, url = server_proc
+    stream = http.Http._stream
+
+    async def stream_then_kill(self, client, req, rec, feeder, stop):
+        await stream(self, client, req, rec, feeder, stop)
+        if proc.poll() is None:  # the first request to finish whole
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(http.Http, "_stream", stream_then_kill)
+    wl = Workload(
+        num_prompts=16, arrival="fixed", request_rate=4.0, input_len=12, output_len=8, seed=2
+    )
+    res = serve(target, wl, "http", base_url=url)
     r = res.result
     assert res.meta["status"] == "partial"
     assert 1 <= r["completed"] < 16 and r["completed"] + r["failed"] == 16
