@@ -58,11 +58,15 @@ def test_replay_why_splits_an_older_file_and_says_what_needs_the_model(session, 
     trace.save(path)
     assert main(["replay", str(path), "--why", "--json"]) == 0
     why = json.loads(capsys.readouterr().out)["why"]
-    assert why["regimes"] == {"overhead": len(session.steps)}  # the bundled model, every step
+    # the bundled model: every decode step overhead-bound; the prefill's regime reads the measured
+    # peaks, and a machine busy while they were measured has turned it compute-bound
+    regimes = why["regimes"]
+    assert sum(regimes.values()) == len(session.steps) and set(regimes) <= {"overhead", "compute"}
+    assert regimes["overhead"] >= len(session.steps) - 1 and regimes.get("compute", 0) <= 1
     assert "load bundled:target" in why["needs_model"] and why["overhead_floor_s"] > 0
     assert main(["replay", str(path), "--why"]) == 0
     text = capsys.readouterr().out
-    assert text.count(" overhead\n") == len(session.steps) and "MBU" in text
+    assert text.count(" overhead\n") == regimes["overhead"] and "MBU" in text
     assert "replay a step on the model itself" in text
 
 
