@@ -213,6 +213,7 @@ CAPACITY_KEYS = (
     "utilization",
     "steady",
     "request_goodput",
+    "steady_output_throughput",
     "cost_per_million_output_tokens_usd",
     "capacity_rps_modelled",
 )
