@@ -319,6 +319,7 @@ def check_11(f: dict) -> None:
     assert cap["2 replicas"] == pytest.approx(2.0, rel=1e-9) and 1 < cap["TP=2"] < 2, cap
     assert abs(rate["2 replicas"] - 2) <= 2 * ((1 + p) ** 2 - 1), rate  # the bisections' tolerance
     assert 1 < rate["TP=2"] < 2, rate
+    assert all(0 < u <= f["vouch"] + 1e-9 for u in f["utilization"].values()), f["utilization"]
     assert f["p99_tpot"]["TP=2"] < f["p99_tpot"]["1 GPU"], "TP=2 buys latency"
     kv = f["kv_tokens"]
     assert kv["2 replicas"] == kv["1 GPU"] and kv["TP=2"] > 2 * kv["1 GPU"], "and KV room"
