@@ -213,6 +213,7 @@ CAPACITY_KEYS = (
     "utilization",
     "steady",
     "request_goodput",
+    "steady_output_throughput",
     "cost_per_million_output_tokens_usd",
     "capacity_rps_modelled",
 )
@@ -255,7 +256,7 @@ def _capacity(args) -> int:
         print_json(ans)
         return 0
     if not best:
-        print("not even the lowest rate tried is steady and meets the SLOs (modelled)")
+        print(ans["refused"] or "not even the lowest rate tried is steady and meets the SLOs")
     for k in CAPACITY_KEYS:
         print(f"{k:>36}: {ans[k]}")
     print("modelled, with these assumptions:")

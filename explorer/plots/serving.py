@@ -366,6 +366,48 @@ def capacity_figure(rows: list[dict], slos: dict | None = None, title: str = "")
     return fig
 
 
+DEPLOYMENT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
+
+
+def deployments_figure(
+    curves: dict[str, list[dict]], slos: dict | None = None, answers: dict | None = None
+) -> go.Figure:
+    """Deployments of one model side by side (label -> capacity.curve rows): p99 TTFT and p99
+    TPOT against the request rate, one line each; unstable points as crosses (past saturation a
+    run's percentiles are no rate's); the SLOs dashed; each deployment's largest rate meeting the
+    SLOs (answers: label -> req/s or None) as a dotted line of its colour. All modelled."""
+    slos, answers = slos or {}, answers or {}
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("p99 TTFT (ms)", "p99 TPOT (ms)"))
+    for i, (label, rows) in enumerate(curves.items()):
+        color = DEPLOYMENT_COLORS[i % len(DEPLOYMENT_COLORS)]
+        symbols = ["x" if r.get("steady") is False else "circle" for r in rows]
+        for col, key in ((1, "p99_ttft_ms"), (2, "p99_tpot_ms")):
+            trace = go.Scatter(
+                name=label,
+                legendgroup=label,
+                showlegend=col == 1,
+                x=[r["request_rate"] for r in rows],
+                y=[r[key] for r in rows],
+                mode="lines+markers",
+                line=dict(color=color),
+                marker=dict(size=8, symbol=symbols, color=color),
+                hovertemplate=f"{label}<br>%{{x:.3g}} req/s<br>%{{y:.1f}} ms<extra></extra>",
+            )
+            fig.add_trace(trace, row=1, col=col)
+            if answers.get(label):
+                fig.add_vline(x=answers[label], line=dict(color=color, dash="dot"), row=1, col=col)
+    for col, slo in ((1, "ttft"), (2, "tpot")):
+        if slo in slos:
+            _slo_line(fig, col, slos[slo])
+    title = "latency vs request rate (modelled; x: unstable; dotted: largest rate meeting the SLOs)"
+    fig.update_layout(**_layout(title=title, height=400))
+    fig.update_xaxes(title_text="request rate (req/s, modelled)")
+    fig.update_yaxes(type="log")
+    _style_axes(fig)
+    log_ticks(fig)
+    return fig
+
+
 def _slo_line(fig: go.Figure, col: int, ms: float) -> None:
     """A dashed SLO line across subplot `col` with its label. The axes are logarithmic: a shape's y
     is a data value but an annotation's y is in log10 units there (500 ms is y=2.7, not 10^500)."""

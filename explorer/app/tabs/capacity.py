@@ -263,8 +263,10 @@ class CapacityTab(Tab):
             verdict = (
                 "no SLOs given: give some (e.g. ttft:500 tpot:50) for a largest rate"
                 if best is None
-                else "not even the lowest rate is steady and meets the SLOs: more GPUs, a "
-                "faster chip or looser SLOs"
+                else (
+                    best.get("refused") or "not even the lowest rate is steady and meets the SLOs"
+                )
+                + ": more GPUs, a faster chip or looser SLOs"
             )
         else:
             cost = cost_per_million(best, self.value("gpus") * replicas, self.value("price"))

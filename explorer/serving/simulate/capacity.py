@@ -3,7 +3,7 @@
     ans = capacity(info, "h100", tp=2, input_len=512, output_len=128, slos={"ttft": 500, "tpot": 50})
     ans["largest_rate"], ans["p99_ttft_ms"], ans["utilization"], ans["steady"]
     rows = curve(info, "h100", tp=2, slos=...)      # the latency-throughput curve, for the figure
-    cost_per_million(ans, gpus=2, hourly_usd=2.5)
+    cost_per_million(ans, gpus=2, hourly_usd=2.5)     # from the steady-state throughput only
 
 Every point is one simulated run (explorer.serving.simulate) of Poisson arrivals, so it has the
 serving lab's result keys; goodput is vLLM's (requests meeting every SLO per second), plus
@@ -25,6 +25,8 @@ The search:
     rates at that length are the calibrated ones (explorer.serving.simulate.saturation). Why
     several seeds: one Poisson draw of 8,000 requests near capacity can be lucky; the issue's
     case (40.2 req/s accepted on a 534-request probe) missed its TTFT SLO on all of seeds 0-2;
+  - a TPOT SLO below the lowest TPOT any rate gives (Setup.tpot_floor_ms: one request decoding
+    alone) is refused without a search (`refused` says why);
   - the rate is bisected (geometrically) between an accepted and a refused rate until they are
     within PRECISION of each other, starting from the modelled capacity (the step model's
     saturation rate, explorer.serving.simulate.run.saturation_rate): half of it and 1.25 x it.
@@ -107,6 +109,7 @@ class Setup:
         res = self.simulated(rate, n, slos, seed)
         row = {k: res.result.get(k) for k in KEYS}
         row.update(request_rate=rate, num_prompts=n, meets_slos=meets(res.result, slos))
+        row.update(output_len=self.lens[1])
         return row
 
     def simulated(self, rate: float, n: int, slos: dict, seed: int = 1):
@@ -128,6 +131,13 @@ class Setup:
             replicas=self.replicas,
             **self.knobs,
         )
+
+    def tpot_floor_ms(self) -> float:
+        """The lowest TPOT any rate can give (ms): one request decoding alone right after its
+        prompt, plus the idle gap between iterations. Every iteration that decodes a request does
+        at least that pass's work, and no term of the step model falls as the work grows."""
+        seconds = self.model.seconds(shape_of(self.info), [[1, self.lens[0]]]) + self.model.gap_s
+        return 1e3 * seconds
 
     def binding(self, res) -> dict:
         """What limits a run: each iteration timed again by the run's own machine
@@ -249,6 +259,11 @@ def capacity(
     if not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
         raise ValueError(f"seeds must be one or more whole numbers, got {seeds!r}")
     setup = Setup(info, chip, tp, input_len, output_len, replicas, **overrides)
+    floor = setup.tpot_floor_ms()
+    if slos.get("tpot") is not None and floor > slos["tpot"]:  # no rate can meet it: no search
+        ans = _answer(setup, chip, None, [], slos, tuple(seeds))
+        why = f"one request decoding alone takes {floor:.3g} ms per token (modelled)"
+        return {**ans, "tpot_floor_ms": floor, "refused": f"p99 TPOT {slos['tpot']:g} ms: {why}"}
     probes: list[dict] = []
 
     def probe(rate: float) -> dict:
@@ -269,7 +284,8 @@ def capacity(
             best, lo = probes[-1], mid
         else:
             hi = mid
-    return _answer(setup, chip, best, probes, slos, tuple(seeds))
+    ans = _answer(setup, chip, best, probes, slos, tuple(seeds))
+    return {**ans, "tpot_floor_ms": floor, "refused": None}
 
 
 def holds(setup: Setup, rate: float, slos: dict, n: int = CHECK_PROMPTS, seeds=CHECK_SEEDS):
@@ -321,6 +337,9 @@ def _answer(
             "(the step model's fluid saturation rate)"
         ],
         "memory": setup.extra["memory"],
+        "steady_output_throughput": steady_output_throughput(
+            {**(best or {}), "output_len": setup.lens[1]}
+        ),
     }
 
 
@@ -364,7 +383,21 @@ def curve(
     return rows
 
 
+def steady_output_throughput(row: dict) -> float | None:
+    """Output tokens/s at steady state: the offered rate x output tokens per request (the lengths
+    are fixed), for a stable run only; None for a run judged unstable or not judged (past
+    saturation there is no rate to quote). A finite run's `output_throughput` divides by its
+    whole span, the drain after the last arrival included, so it reads low (8B on one H100 at
+    32 req/s: 2.6% low on 2,000 requests; the shorter the run, the lower)."""
+    rate = row.get("largest_rate", row.get("request_rate"))
+    out = row.get("output_len")
+    if row.get("steady") is not True or not rate or not out:
+        return None
+    return rate * out
+
+
 def cost_per_million(row: dict, gpus: int, hourly_usd: float) -> float | None:
-    """USD per million output tokens at that point's throughput, for gpus x hourly_usd."""
-    tput = row.get("output_throughput") or 0
+    """USD per million output tokens at that point's steady-state throughput
+    (steady_output_throughput), for gpus x hourly_usd; None for an unstable run."""
+    tput = steady_output_throughput(row) or 0
     return gpus * hourly_usd / (tput * 3600) * 1e6 if tput > 0 else None

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import warnings
 from pathlib import Path
 
+from explorer.costs import guards
 from explorer.costs.parts import shape_of
 from explorer.serving.simulate.run import engine_knobs
 from explorer.serving.simulate.steptime import (
@@ -46,6 +48,9 @@ RATES = {
     "fast": 4.0,
     "medium": 2.0,
 }  # x the one-request-at-a-time rate of the first fit
+
+
+CHECK_BURST = (4, 32, 12)  # the machine check's workload: 4 requests at once, 32 in, 12 out
 
 
 class ProfileError(ValueError):
@@ -171,3 +176,50 @@ def profile(
 
 def _grid_text(grid) -> str:
     return ", ".join(f"{n}x{i}+{o} {r or 'burst'}" for n, i, o, r in grid)
+
+
+def machine_check(
+    lm,
+    model: StepModel,
+    engine: str = "continuous",
+    *,
+    tolerance: float = guards.TOLERANCE,
+    **knobs,
+) -> guards.MachineCheck:
+    """Is the step model still this machine's? One small burst (CHECK_BURST) through the real
+    engine now, after a one-request warm-up: the median of its decode steps' measured seconds
+    against the median the model predicts for the same passes (guards.machine_check: ok within
+    `tolerance`). A profile cached on another machine, or under other load, reads far off."""
+    from explorer.serving.run import serve
+    from explorer.serving.workload import Workload
+
+    knobs = engine_knobs(engine, knobs)
+    n, i, o = CHECK_BURST
+    serve(lm, Workload(1, "burst", None, input_len=i, output_len=2, seed=5), engine, **knobs)
+    res = serve(lm, Workload(n, "burst", None, input_len=i, output_len=o, seed=5), engine, **knobs)
+    timed = [it for it in res.iterations if it.passes and it.seconds > 0]
+    steps = [it for it in timed if all(q == 1 for q, _ in it.passes)] or timed
+    if not steps:
+        raise ProfileError("the machine check's burst recorded no timed iteration")
+    shape = shape_of(lm.info)
+    measured = statistics.median(it.seconds for it in steps)
+    predicted = statistics.median(model.seconds(shape, it.passes) for it in steps)
+    what = f"the median of {len(steps)} decode steps ({n} requests, {i} tokens in)"
+    return guards.machine_check(measured, predicted, tolerance, what)
+
+
+def checked_profile(
+    lm, engine: str = "continuous", *, refit_stale: bool = True, progress: bool = True, **knobs
+) -> tuple[StepModel, guards.MachineCheck, bool]:
+    """profile() and its machine check: (the step model, the check, whether it was refitted).
+    A model the check finds more than the tolerance off is refitted when `refit_stale` (and
+    checked again), else kept with a RuntimeWarning that says its predictions are stale."""
+    model = profile(lm, engine, progress=progress, **knobs)
+    check = machine_check(lm, model, engine, **knobs)
+    if check.ok:
+        return model, check, False
+    if not refit_stale:
+        warnings.warn(check.line, RuntimeWarning, stacklevel=2)
+        return model, check, False
+    model = profile(lm, engine, refit=True, progress=progress, **knobs)
+    return model, machine_check(lm, model, engine, **knobs), True

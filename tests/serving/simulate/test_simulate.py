@@ -288,3 +288,51 @@ def test_a_short_run_past_the_modelled_capacity_says_unstable():
     r = simulate(info, wl, "continuous", model, **extra["knobs"]).result
     assert r["steady"] is False and r["utilization"] == pytest.approx(1.6)
     assert r["stability"].startswith(f"unstable: arrivals exceed the modelled capacity of {mu:.3g}")
+
+
+def test_a_tpot_below_one_request_alone_is_refused_and_cost_is_steady_state_only():
+    from explorer.plots.serving import deployments_figure
+    from explorer.serving.simulate.capacity import (
+        Setup,
+        capacity,
+        cost_per_million,
+        curve,
+        steady_output_throughput,
+    )
+
+    info = arch_info("smollm2-135m", "bfloat16")
+    setup = Setup(info, "l4", 1, 256, 16)
+    floor = setup.tpot_floor_ms()
+    alone = setup.run(0.02 * setup.capacity, 40, {})  # nearly alone: at the floor, never under
+    assert floor <= alone["p99_tpot_ms"] and alone["median_tpot_ms"] < 1.05 * floor, (floor, alone)
+    a = capacity(info, "l4", input_len=256, output_len=16, slos={"tpot": 0.9 * floor})
+    assert a["largest_rate"] is None and a["probes"] == [] and "alone" in a["refused"]
+    assert cost_per_million(a, 1, 2.5) is None
+    # the cost per token from the steady state (rate x output tokens), never an unstable run
+    stable = {"steady": True, "largest_rate": 10.0, "output_len": 16, "output_throughput": 100.0}
+    assert steady_output_throughput(stable) == 160.0
+    assert cost_per_million(stable, 2, 3.6) == pytest.approx(2 * 3.6 / (160 * 3600) * 1e6)
+    for steady in (False, None):
+        assert cost_per_million({**stable, "steady": steady}, 1, 2.5) is None
+    rows = curve(info, "l4", input_len=256, output_len=16, num_prompts=60, rates=[1.0, 1e4])
+    assert [r["steady"] for r in rows] == [True, False] and cost_per_million(rows[1], 1, 1) is None
+    fig = deployments_figure({"a": rows, "b": rows}, {"tpot": 20}, {"a": 1.0, "b": None})
+    assert len(fig.data) == 4 and list(fig.data[0].marker.symbol) == ["circle", "x"]
+    assert sum(1 for s in fig.layout.shapes if s.line.dash == "dot") == 2  # a's answer, both plots
+
+
+@pytest.mark.parametrize("refit_stale", [True, False])
+def test_a_stale_profile_is_refitted_or_warned(monkeypatch, refit_stale):
+    from explorer.costs import guards
+
+    prof = importlib.import_module("explorer.serving.simulate.profile")
+    calls, checks = [], iter([guards.machine_check(2.0, 1.0), guards.machine_check(1.1, 1.0)])
+    monkeypatch.setattr(prof, "profile", lambda lm, e, refit=False, **k: calls.append(refit))
+    monkeypatch.setattr(prof, "machine_check", lambda *a, **k: next(checks))
+    if refit_stale:
+        _, check, refitted = prof.checked_profile(None, refit_stale=True)
+        assert calls == [False, True] and refitted and check.ok
+    else:
+        with pytest.warns(RuntimeWarning, match="machine check FAILED"):
+            _, check, refitted = prof.checked_profile(None, refit_stale=False)
+        assert calls == [False] and not refitted and not check.ok
