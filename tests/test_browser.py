@@ -107,14 +107,20 @@ def test_figure_widget_loads_plotly_by_url_under_the_app(monkeypatch):
     import plotly.graph_objects as go
 
     monkeypatch.delenv(assets.WIDGET_JS_ENV, raising=False)
-    assert assets.figure_widget_class() is go.FigureWidget
+    shared = assets.figure_widget_class()  # JupyterLab: the bundle sent once, by one widget
+    assert issubclass(shared, go.FigureWidget) and shared is not go.FigureWidget
+    assert len(shared._esm) < 5000 and "__explorerPlotly" in shared._esm
+    assert "BUNDLE_SOURCE" not in shared._esm and "PLOTLY_MODULE" not in shared._esm
+    bundle = assets.plotly_bundle_widget()
+    assert bundle is assets.plotly_bundle_widget()  # one per kernel
+    assert bundle.bundle == assets.plotly_bundle().read_text() and "__explorerPlotly" in bundle._esm
     monkeypatch.setenv(assets.WIDGET_JS_ENV, "/explorer/static/widgetbundle.js?v=1")
     fig = assets.figure_widget_class()(go.Figure(go.Bar(y=[1, 2])))
     assert isinstance(fig, go.FigureWidget) and list(fig.data[0].y) == [1, 2]
     assert (
         len(fig._esm) < 5000 and '"/explorer/static/widgetbundle.js?v=1"' in fig._esm
     )  # vs ~5 MB inline
-    assert "BUNDLE_URL" not in fig._esm
+    assert "BUNDLE_SOURCE" not in fig._esm and "import(url)" in fig._esm
     assert len(go.FigureWidget()._esm) > 1_000_000
     assert assets.plotly_bundle().is_file()
 

@@ -7,8 +7,11 @@
 // on a busy classroom server or a slow network it takes longer, and the charts then never change.
 // So this module is ready at once: it starts loading the bundle, records the model's changes
 // until plotly is there, then hands plotly a view of the model that replays them in order.
-const url = new URL(BUNDLE_URL, window.location.origin).href;
-const plotly = import(url).then((mod) => mod.default);
+// PLOTLY_MODULE: a promise of plotly's widget module. Under `explorer app`, an import by URL;
+// in any other kernel (JupyterLab, Notebook), the promise the kernel's one PlotlyBundle widget
+// resolves with the bundle it sent once (assets.BUNDLE_PROMISE_JS).
+const url = BUNDLE_SOURCE;
+const plotly = PLOTLY_MODULE.then((mod) => mod.default);
 const TRAITS = ["_widget_data", "_widget_layout", "_py2js_addTraces", "_py2js_deleteTraces",
   "_py2js_moveTraces", "_py2js_restyle", "_py2js_relayout", "_py2js_update", "_py2js_animate",
   "_py2js_removeLayoutProps", "_py2js_removeTraceProps"];
