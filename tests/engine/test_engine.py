@@ -526,6 +526,12 @@ def test_overhead_benchmark_reports_both_estimates_and_the_ratio(tiny):
     assert out["noisy"] is False and out["session"]["cpu_share"] == pytest.approx(1.0)
     assert out["cpu_ratio"] == pytest.approx(1.5)  # the fake CPU clock moved with the wall
     assert out["recording_share"] is not None
+    # the recording part of a step timed in place (real clocks): positive times, a share below one
+    assert out["recording_ms"] > 0 and out["forward_ms"] > 0
+    assert out["recording_step_share"] == pytest.approx(
+        out["recording_ms"] / (out["recording_ms"] + out["forward_ms"])
+    )
+    assert 0 < out["recording_step_share"] < 1
 
 
 def test_cli_generate_table_and_json(target, capsys):
