@@ -113,6 +113,19 @@ def test_kv_cache_bytes_and_crop(tiny):
     assert cache.get_seq_length() == 4
 
 
+def test_kv_cache_bytes_counts_a_quantized_layers_states_beside_its_residual():
+    from types import SimpleNamespace as Layer
+
+    plain = Layer(keys=torch.zeros(1, 2, 3, 4), values=torch.zeros(1, 2, 3, 4))  # 96 B each
+    quantized = Layer(
+        keys=torch.zeros(1, 2, 1, 4),  # the unquantised residual window: 32 B
+        values=None,
+        _quantized_keys=(torch.zeros(8, dtype=torch.int8), torch.zeros(2)),  # (values, scales)
+        _quantized_values=torch.zeros(4, dtype=torch.uint8),  # a backend's packed tensor
+    )
+    assert kv_cache_bytes(Layer(layers=[plain, quantized])) == 2 * 96 + 32 + (8 + 8) + 4
+
+
 # --- parity with transformers (bundled target) ----------------------------------------------------
 
 
