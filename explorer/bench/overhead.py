@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from explorer.costs import noise
-from explorer.costs.timing import alternate
+from explorer.costs.timing import Timer, alternate
 from explorer.engine.prompt import eos_ids, pad_id
 from explorer.engine.sampling import Sampling
 from explorer.engine.session import Session
@@ -60,6 +60,7 @@ def overhead_benchmark(
         "per_token_ms": {k: 1e3 * m.estimate / new_tokens for k, m in times.items()},
         "noisy": g.noisy or s.noisy,
         "recording_share": recording_share(s),
+        **recording_cost(lm, prompt_ids, new_tokens, top_n),
         "session_forward_ms": None,
         "same_tokens": None,
     }
@@ -101,6 +102,41 @@ def recording_share(m) -> float | None:
         if wall > 0
     ]
     return noise.median(shares) if shares else None
+
+
+class _TimedRecording(Session):
+    """A Session whose recording part of every step (sampling chain, pick, Step built: its
+    _record_pass) is timed in place with the one timing helper's Timer, beside the forward's."""
+
+    recording_s: list[float]
+
+    def _record_pass(self, *args):
+        timer = Timer(self.device)
+        with timer.region():
+            out = super()._record_pass(*args)
+        self.recording_s.append(timer.seconds)
+        return out
+
+
+def recording_cost(lm, prompt_ids: list[int], new_tokens: int, top_n: int) -> dict:
+    """One more fully recording greedy Session, its recording part of each step timed in place
+    (caches as cold as a real step leaves them, not a warm loop of its own): the medians over the
+    decode steps of the recording and of the forward pass, and the recording's share of the two.
+    Returns {"recording_ms", "forward_ms", "recording_step_share"}."""
+    s = _TimedRecording(
+        lm, list(prompt_ids), Sampling(greedy=True),
+        top_n=top_n, max_new_tokens=new_tokens, stop_at_eos=False,
+    )  # fmt: skip
+    s.recording_s = []
+    s.run()
+    decode = slice(1, None) if len(s.steps) > 1 else slice(None)  # the prefill is another pass
+    rec = noise.median(s.recording_s[decode])
+    fwd = noise.median([st.latency_s for st in s.steps[decode]])
+    return {
+        "recording_ms": 1e3 * rec,
+        "forward_ms": 1e3 * fwd,
+        "recording_step_share": rec / (rec + fwd) if rec + fwd > 0 else None,
+    }
 
 
 def _generate_run(lm, prompt_ids: list[int], new_tokens: int):

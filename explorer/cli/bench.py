@@ -92,10 +92,16 @@ def _cmd_bench_overhead(args) -> int:
             f"  ratio in process CPU time = {out['cpu_ratio']:.3f} (all timed runs; other work "
             "stretches it far less than the wall time)"
         )
+    if out["recording_step_share"] is not None:
+        print(
+            f"  recording's share of a Session step: {100 * out['recording_step_share']:.1f}% "
+            f"(median decode step: recording {out['recording_ms']:.3f} ms, forward "
+            f"{out['forward_ms']:.3f} ms; timed in place in one more Session)"
+        )
     if out["recording_share"] is not None:
         print(
-            f"  recording's share of a Session step: {100 * out['recording_share']:.1f}% "
-            "(wall time outside the forward pass: sampling chain, recording, bookkeeping)"
+            f"  outside the forward passes: {100 * out['recording_share']:.1f}% of a Session run's "
+            "wall time (sampling chain, recording, bookkeeping, and any wait for the CPU)"
         )
     if out["noisy"]:
         print("  the ratio is noisy: read it with the NOISY reasons above")

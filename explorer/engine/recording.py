@@ -12,7 +12,7 @@ import dataclasses
 import torch
 
 from explorer.engine.prompt import decode_ids, token_text
-from explorer.engine.sampling import Draw, step_statistics
+from explorer.engine.sampling import Draw, process, step_statistics
 from explorer.engine.trace import Step
 from explorer.model.passes import kv_cache_bytes
 
@@ -21,6 +21,17 @@ class StepRecorder:
     """What a Session does after each forward pass: record it as a Step (see explorer.engine.session)."""
 
     # --- recording -------------------------------------------------------------------------------
+
+    def _record_pass(self, index: int, fed: int, context: int, logits: torch.Tensor, forced):
+        """Everything a step does after its forward pass: the sampling chain on the last
+        position's logits [B, V], the token picked (or forced), the Step recorded. Returns
+        (stages, tokens [B], ids, step); explorer.bench.overhead times this part on its own."""
+        stages = process(logits, self._ids, self.sampling, self._mask)
+        tokens, draw = self._pick(stages[-1][1], forced)  # [B]
+        tokens = self._pad_finished(tokens)
+        ids = tokens.tolist()
+        step = self._record(index, fed, context, logits, stages, ids, draw, forced is not None)
+        return stages, tokens, ids, step
 
     def _record(
         self,

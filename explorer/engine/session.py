@@ -32,7 +32,6 @@ from explorer.engine.sampling import (
     Sampling,
     choose_token,
     make_generator,
-    process,
 )
 from explorer.engine.settings import SessionOptions, check_int
 from explorer.engine.trace import Step, Trace
@@ -427,19 +426,8 @@ class Session(StepViews, StepRecorder):
         state = self._gen.get_state()
         try:
             logits = self._timed_forward(feed, mask)  # [B, V] raw logits of the last position
-            stages = process(logits, self._ids, self.sampling, self._mask)
-            tokens, draw = self._pick(stages[-1][1], forced)  # [B]
-            tokens = self._pad_finished(tokens)
-            ids = tokens.tolist()
-            step = self._record(
-                index,
-                feed.shape[1],
-                past + feed.shape[1],
-                logits,
-                stages,
-                ids,
-                draw,
-                forced is not None,
+            stages, tokens, ids, step = self._record_pass(
+                index, feed.shape[1], past + feed.shape[1], logits, forced
             )
         except BaseException:
             if self._cache is not None:

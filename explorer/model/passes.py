@@ -86,13 +86,21 @@ def kv_cache_bytes(cache: DynamicCache | None) -> int:
         return 0
     total = 0
     for layer in cache.layers:
-        # a quantized cache (transformers' QuantizedCache) keeps its states as (tensor, scale) or
-        # a backend's tensor in _quantized_keys/_values, beside an unquantised residual window
-        held = [getattr(layer, a, None) for a in ("keys", "values")]
-        for name in ("_quantized_keys", "_quantized_values"):
-            q = getattr(layer, name, None)
-            held += list(q) if isinstance(q, tuple | list) else [q]
-        for t in held:
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+        if hasattr(layer, "_quantized_keys"):
+            total += _quantized_bytes(layer)
+    return total
+
+
+def _quantized_bytes(layer) -> int:
+    """A quantized cache layer (transformers' QuantizedCache) keeps its states as (tensor, scale)
+    or a backend's tensor in _quantized_keys/_values, beside an unquantised residual window."""
+    total = 0
+    for name in ("_quantized_keys", "_quantized_values"):
+        q = getattr(layer, name, None)
+        for t in list(q) if isinstance(q, tuple | list) else [q]:
             if isinstance(t, torch.Tensor):
                 total += t.numel() * t.element_size()
     return total

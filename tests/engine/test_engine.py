@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -112,6 +113,19 @@ def test_kv_cache_bytes_and_crop(tiny):
     assert cache.get_seq_length() == 4
 
 
+def test_kv_cache_bytes_counts_a_quantized_layers_states_beside_its_residual():
+    from types import SimpleNamespace as Layer
+
+    plain = Layer(keys=torch.zeros(1, 2, 3, 4), values=torch.zeros(1, 2, 3, 4))  # 96 B each
+    quantized = Layer(
+        keys=torch.zeros(1, 2, 1, 4),  # the unquantised residual window: 32 B
+        values=None,
+        _quantized_keys=(torch.zeros(8, dtype=torch.int8), torch.zeros(2)),  # (values, scales)
+        _quantized_values=torch.zeros(4, dtype=torch.uint8),  # a backend's packed tensor
+    )
+    assert kv_cache_bytes(Layer(layers=[plain, quantized])) == 2 * 96 + 32 + (8 + 8) + 4
+
+
 # --- parity with transformers (bundled target) ----------------------------------------------------
 
 
@@ -133,6 +147,34 @@ def test_greedy_session_equals_generate_over_64_tokens(target):
     assert steps[0].tokens_fed == inputs["input_ids"].shape[1] and steps[1].tokens_fed == 1
     assert all(st.rank_raw == 0 and st.draw["u"] is None for st in steps)
     assert s.text == target.tokenizer.decode(s.tokens)
+
+
+def test_session_decodes_with_the_forward_generate_uses():
+    """A decode pass gets what generate() gives the model: the same cache class, the last
+    position's logits only, the same positions (so bench overhead compares like with like)."""
+    lm, seen, arm = tiny_lm(), {"generate": [], "session": []}, ["generate"]
+    inner = lm.model.forward
+
+    @functools.wraps(inner)  # generate() and the Session read its signature (logits_to_keep)
+    def spy(*args, **kw):
+        seen[arm[0]].append(kw)
+        return inner(*args, **kw)
+
+    lm.model.forward = spy
+    ids = torch.tensor([[1, 2, 3, 4]])
+    lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=3,
+                      min_new_tokens=3, pad_token_id=0)  # fmt: skip
+    arm[0] = "session"
+    s = Session(lm, [1, 2, 3, 4], Sampling(greedy=True), max_new_tokens=3, roofline=False)
+    s.run()
+    g, ours = seen["generate"][-1], seen["session"][-1]
+    assert len(seen["generate"]) == len(seen["session"]) == 3
+    assert type(ours["cache"]) is type(g["cache"])
+    assert ours["logits_to_keep"] == g["logits_to_keep"] == 1
+    assert ours["input_ids"].shape == g["input_ids"].shape == (1, 1)
+    assert ours["position_ids"].tolist() == g["position_ids"].tolist() == [[5]]
+    mask = g.get("attention_mask")  # generate() drops an all-ones mask; the Session sends none
+    assert ours["attention_mask"] is None and (mask is None or bool(mask.all()))
 
 
 def test_cached_and_uncached_logits_agree_at_every_step(target):
@@ -526,6 +568,12 @@ def test_overhead_benchmark_reports_both_estimates_and_the_ratio(tiny):
     assert out["noisy"] is False and out["session"]["cpu_share"] == pytest.approx(1.0)
     assert out["cpu_ratio"] == pytest.approx(1.5)  # the fake CPU clock moved with the wall
     assert out["recording_share"] is not None
+    # the recording part of a step timed in place (real clocks): positive times, a share below one
+    assert out["recording_ms"] > 0 and out["forward_ms"] > 0
+    assert out["recording_step_share"] == pytest.approx(
+        out["recording_ms"] / (out["recording_ms"] + out["forward_ms"])
+    )
+    assert 0 < out["recording_step_share"] < 1
 
 
 def test_cli_generate_table_and_json(target, capsys):

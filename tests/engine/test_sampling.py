@@ -228,6 +228,16 @@ def test_greedy_draw_is_argmax_with_first_index_on_ties():
     assert torch.equal(lean.tokens, d.tokens) and lean.cdf_hi == []
 
 
+def test_unseeded_generator_takes_its_seed_from_the_os_not_torchs_global_generator():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a, b = S.make_generator(None), S.make_generator(None)
+    assert torch.equal(torch.rand(3), expected)  # the caller's torch.manual_seed still holds
+    assert a.initial_seed() != b.initial_seed() and 0 <= a.initial_seed() < 2**63
+    assert S.make_generator(7).initial_seed() == 7
+
+
 def test_sampled_draw_says_where_u_fell_and_never_picks_a_filtered_token():
     logits = S.top_k(tied_logits(batch=8, seed=3), 10)
     g = S.make_generator(0)
