@@ -362,13 +362,13 @@ def _validate(args) -> int:
 def _published(args) -> int:
     import sys
 
-    from explorer.serving.simulate import published
+    from explorer.serving.simulate import fit, published
 
     say = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr, flush=True))
     if args.fit:
         data = published.load()
         fitted = [p for p in data["points"] if p["source"] in published.FIT_SOURCES]
-        best = published.fit(fitted, progress=say)
+        best = fit.fit(fitted, progress=say)
         if args.json:
             print_json(best)
         else:
