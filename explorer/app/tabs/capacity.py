@@ -33,10 +33,16 @@ def _chips() -> list[str]:
     return [c.short_name for c in KNOWN_CHIPS.values() if c.memory_gb and c.bf16_tflops]
 
 
-def whatif_defaults() -> dict:
+def whatif_defaults(chip: str | None = None) -> dict:
+    """The what-if's defaults (on `chip`: with its chip family's fitted values)."""
     from explorer.serving.simulate.whatif import DEFAULTS
 
-    return DEFAULTS
+    if chip is None:
+        return DEFAULTS
+    from explorer.costs.hardware import chip_named
+    from explorer.serving.simulate.whatif_settings import defaults_for
+
+    return defaults_for(chip_named(chip).name)
 
 
 def deployment_specs() -> dict:
@@ -92,9 +98,10 @@ class CapacityTab(Tab):
         self.output_len = box(W.IntText, "output", 128, "output tokens")
         self.slos = box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
         self.price = box(W.FloatText, "price", 2.5, "$ / GPU-hour")
-        fitted = whatif_defaults()
+        fitted = whatif_defaults(self.chip.value)
         self.bw_eff = box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
         self.flop_eff = box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
+        self.chip.observe(self._chip_defaults, names="value")
         self._buttons(box)
         self.answer = tagged(W.HTML(value=""), "cap-answer")
         self.chart = figure_widget(plots.placeholder_figure, "Latency vs throughput (modelled)")
@@ -122,6 +129,11 @@ class CapacityTab(Tab):
         )
         self.widget.add_class("ie-capacity")
         self.parts["capacity"] = self.widget
+
+    def _chip_defaults(self, change) -> None:
+        """The efficiency boxes take the chosen chip family's fitted values."""
+        fitted = whatif_defaults(change["new"])
+        self.bw_eff.value, self.flop_eff.value = fitted["bw_efficiency"], fitted["flop_efficiency"]
 
     def _buttons(self, box) -> None:
         """Run (the capacity search), the measured-result box and Compare, wired to the guard."""

@@ -56,9 +56,13 @@ SIMULATED_SETTINGS = (  # the what-if settings a replay passes on (request laten
     "bw_efficiency",
     "flop_efficiency",
     "iteration_overhead_s",
+    "layer_overhead_s",
+    "kernel_floor_s",
     "sequence_overhead_s",
+    "stream_token_s",
+    "allreduce_latency_s",
 )
-SHOWN_SETTINGS = (*SIMULATED_SETTINGS, "request_latency_s", "allreduce_latency_s")
+SHOWN_SETTINGS = (*SIMULATED_SETTINGS, "request_latency_s")
 
 
 def load(path=None) -> dict:
@@ -211,14 +215,16 @@ def _info(name: str, dtype: str):
 
 
 def simulate_point(point: dict, settings: dict | None = None) -> dict:
-    """The what-if's result keys for one published run (the point's own what_if settings, then
-    `settings`, over the defaults); the per-request latency is left out (added by errors())."""
+    """The what-if's result keys for one published run (`settings`, then the point's own
+    what_if settings, over the defaults); the per-request latency is left out (errors() adds
+    it: the point's what_if request_latency_s where it gives one, as an offline harness does)."""
     from explorer.serving.simulate.run import simulate
     from explorer.serving.simulate.whatif import check_context, chip_model
 
     weights = "bfloat16" if point["dtype"] == "fp8" else point["dtype"]
     info = _info(point["model"], weights)
-    overrides = {**point.get("what_if", {}), **(settings or {}), "request_latency_s": 0.0}
+    # the run's own settings (its engine's, its harness's) win over the what-if's
+    overrides = {**(settings or {}), **point.get("what_if", {}), "request_latency_s": 0.0}
     model, extra = chip_model(
         info,
         point["chip"],
@@ -266,11 +272,12 @@ def errors(point: dict, simulated: dict, request_latency_s: float) -> list[dict]
 def compare_all(points: list[dict], settings: dict | None = None, progress=None) -> list[dict]:
     from explorer.serving.simulate.whatif import DEFAULTS
 
-    full = {**DEFAULTS, **(settings or {})}
+    given = settings or {}  # what is not given: the chip's defaults (whatif.defaults_for)
+    latency = given.get("request_latency_s", DEFAULTS["request_latency_s"])
     rows = []
     for point in points:
-        sim = simulate_point(point, {k: v for k, v in full.items() if k in SIMULATED_SETTINGS})
-        rows.extend(errors(point, sim, full["request_latency_s"]))
+        sim = simulate_point(point, {k: v for k, v in given.items() if k in SIMULATED_SETTINGS})
+        rows.extend(errors(point, sim, point.get("what_if", {}).get("request_latency_s", latency)))
         if progress:
             progress(point["id"])
     return rows
@@ -318,11 +325,13 @@ def _fingerprint(path=None) -> dict:
     import hashlib
 
     from explorer.serving.simulate.whatif import CHIP_RULE, DEFAULTS
+    from explorer.serving.simulate.whatif_settings import FAMILY_DEFAULTS
 
     return {
         "runs_sha256": hashlib.sha256(Path(path or PUBLISHED).read_bytes()).hexdigest(),
         "rule_sha256": hashlib.sha256(CHIP_RULE.encode()).hexdigest()[:16],
         "settings": dict(DEFAULTS),
+        "family_settings": FAMILY_DEFAULTS,
         "fit_sources": list(FIT_SOURCES),
     }
 
@@ -357,6 +366,7 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
         "fit_sources": list(FIT_SOURCES),
         "held_out_sources": sorted({p["source"] for p in data["points"]} - set(FIT_SOURCES)),
         "settings": {k: key["settings"][k] for k in SHOWN_SETTINGS},
+        "family_settings": key["family_settings"],
         "sources": data["sources"],
     }
     if save:
