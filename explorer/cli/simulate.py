@@ -362,18 +362,17 @@ def _validate(args) -> int:
 
 def _published(args) -> int:
     import sys
+    from dataclasses import asdict
 
-    from explorer.serving.simulate import published
+    from explorer.serving.simulate import fit, published
 
     say = None if args.json else (lambda text: print(f"  {text}", file=sys.stderr, flush=True))
     if args.fit:
-        data = published.load()
-        fitted = [p for p in data["points"] if p["source"] in published.FIT_SOURCES]
-        best = published.fit(fitted, progress=say)
+        result = fit.fit(published.load()["points"], progress=say)
         if args.json:
-            print_json(best)
+            print_json(asdict(result))
         else:
-            print(f"fitted on {', '.join(published.FIT_SOURCES)} ({len(fitted)} runs): {best}")
+            print("\n".join(fit.report_lines(result)))
         return 0
     s = published.validation_summary(compute=True, progress=say, save=args.save)
     if args.json:

@@ -9,11 +9,16 @@ import html
 
 from app_helpers import message
 
+from explorer.serving.simulate.whatif_settings import FAMILY_DEFAULTS
+
 
 def test_capacity_tab_answers_on_paper_and_keeps_working_after_bad_input(dash):
     tab = dash.tab("capacity")
     dash.parts["cap-model"].value = "arch:llama-3.1-8b"
+    dash.parts["cap-chip"].value = "a100"  # the efficiency boxes follow the chip's family
+    assert dash.parts["cap-bw-eff"].value == FAMILY_DEFAULTS["ampere"]["bw_efficiency"]
     dash.parts["cap-chip"].value = "h100"
+    assert dash.parts["cap-bw-eff"].value == FAMILY_DEFAULTS["hopper"]["bw_efficiency"]
     dash.parts["cap-gpus"].value = 2
     dash.parts["cap-check"].value = 300  # requests per seed's check run (8,000 by default)
     assert dash.parts["cap-replicas"].description == "replicas"  # the declared setting's label

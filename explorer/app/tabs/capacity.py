@@ -33,10 +33,16 @@ def _chips() -> list[str]:
     return [c.short_name for c in KNOWN_CHIPS.values() if c.memory_gb and c.bf16_tflops]
 
 
-def whatif_defaults() -> dict:
+def whatif_defaults(chip: str | None = None) -> dict:
+    """The what-if's defaults (on `chip`: with its chip family's fitted values)."""
     from explorer.serving.simulate.whatif import DEFAULTS
 
-    return DEFAULTS
+    if chip is None:
+        return DEFAULTS
+    from explorer.costs.hardware import chip_named
+    from explorer.serving.simulate.whatif_settings import defaults_for
+
+    return defaults_for(chip_named(chip).name)
 
 
 def deployment_specs() -> dict:
@@ -82,7 +88,7 @@ def build() -> tuple[W.Widget, dict]:
     box(W.IntText, "output", 128, "output tokens")
     box(W.Text, "slos", "ttft:500 tpot:50", "SLOs p99 (ms)", "280px")
     box(W.FloatText, "price", 2.5, "$ / GPU-hour")
-    fitted = whatif_defaults()
+    fitted = whatif_defaults(parts["cap-chip"].value)
     box(W.FloatText, "bw-eff", fitted["bw_efficiency"], "bandwidth eff.")
     box(W.FloatText, "flop-eff", fitted["flop_efficiency"], "FLOP eff.")
     _buttons(parts, box)
@@ -154,6 +160,13 @@ class CapacityTab(Tab):
         p["cap-compare"].on_click(
             lambda _: g.call("the comparison", busy, p["cap-compare"], self.compare)
         )
+        p["cap-chip"].observe(self._chip_defaults, names="value")
+
+    def _chip_defaults(self, change) -> None:
+        """The efficiency boxes take the chosen chip family's fitted values."""
+        fitted = whatif_defaults(change["new"])
+        self.parts["cap-bw-eff"].value = fitted["bw_efficiency"]
+        self.parts["cap-flop-eff"].value = fitted["flop_efficiency"]
 
     def value(self, name: str):
         """The value of the control cap-<name>."""

@@ -7,8 +7,19 @@ One iteration on `tp` GPUs of a chip (CHIP_RULE), from iteration_work at the wha
                 (one fused GEMM over every query token of the iteration, prefill and decode)
     attention = max(decode KV bytes / bandwidth, decode attention FLOPs / FLOP/s)
               + max(prefill KV bytes / bandwidth, prefill attention FLOPs / FLOP/s)
-    seconds   = (GEMM + attention) / tp + per-step overhead + requests x per-request overhead
-              + 2 all-reduces per layer
+    seconds   = (GEMM + attention) / tp + per-step overhead + layers x per-layer overhead
+              + requests x per-request overhead + 2 all-reduces per layer
+    GEMM      >= 4 x layers x kernel launch floor (q/k/v, o, up, down: no kernel is faster)
+    seconds   >= requests x the API server's seconds per streamed token (a process beside the
+                 GPU: it paces the iteration only when it is the slower; 0 for offline runs)
+
+The per-layer overhead is the GPU time of the layer's small kernels the work sum gives no bytes
+(norms, RoPE, activation, residual add) at their launch floor; it is paid on every step, decode
+included: we assume CUDA graphs (vLLM V1 captures decode and small mixed batches) remove the
+CPU's launch cost, not the kernels' own time on the GPU, and that eager prefill steps' CPU
+launches overlap the GPU (async scheduling), so prefill and decode steps pay the same per layer.
+Those kernels' activation bytes at large token counts (14-21% of a layer's time in Vidur's
+table) are not counted. The fitted values and the data behind each: explorer.serving.simulate.fit.
 
 sustained bandwidth = peak x bw_efficiency and achieved FLOP/s = peak x flop_efficiency (both
 stated what-if settings, explorer.serving.simulate.whatif_settings). Costing the mixed step as
@@ -26,13 +37,16 @@ from explorer.costs.parts import Shape
 from explorer.serving.simulate.steptime import IterationTime, StepModel, largest
 from explorer.serving.simulate.work import Footprint, Work, iteration_work
 
+GEMMS_PER_LAYER = 4  # q/k/v, o, MLP up (+gate), MLP down: the kernels the launch floor applies to
 CHIP_RULE = (
     "seconds = [max(weight bytes / BW, GEMM FLOPs / FLOP/s) (one fused GEMM over all tokens) "
     "+ max(decode KV bytes / BW, decode attention FLOPs / FLOP/s) + max(prefill KV bytes / BW, "
     "prefill attention FLOPs / FLOP/s)] / tp, BW = peak bandwidth x bw_efficiency, FLOP/s = "
-    "peak x flop_efficiency; + per-step overhead + requests x per-request overhead + 2 "
-    "all-reduces per layer (2 (N-1)/N x tokens x hidden x bytes / interconnect + latency); each "
-    "request's TTFT and E2E + a fixed request latency"
+    "peak x flop_efficiency; the GEMM at least 4 x layers x a kernel launch floor; + per-step "
+    "overhead + layers x per-layer overhead + requests x per-request overhead + 2 "
+    "all-reduces per layer (2 (N-1)/N x tokens x hidden x bytes / interconnect + latency); at "
+    "least requests x the API server's seconds per streamed token; each request's TTFT and E2E "
+    "+ a fixed request latency"
 )
 
 
@@ -64,18 +78,30 @@ class ChipStepModel(StepModel):
     def step(self, shape: Shape, passes: list[list[int]]) -> IterationTime:
         w = self.work(shape, passes)
         memory = compute = 0.0
-        for nbytes, flops in (
-            (w.weight_bytes, w.gemm_flops),
-            (w.kv_bytes_decode, w.attn_flops_decode),
-            (w.kv_bytes_prefill, w.attn_flops_prefill),
+        floor = GEMMS_PER_LAYER * shape.layers * self.settings.get("kernel_floor_s", 0.0)
+        for nbytes, flops, least in (
+            (w.weight_bytes, w.gemm_flops, floor),
+            (w.kv_bytes_decode, w.attn_flops_decode, 0.0),
+            (w.kv_bytes_prefill, w.attn_flops_prefill, 0.0),
         ):
             on_memory, on_compute = self.roof(nbytes, flops)
+            if max(on_memory, on_compute) < least:  # the kernels' launch floor binds
+                on_memory = least
             if on_memory >= on_compute:
                 memory += on_memory
             else:
                 compute += on_compute
-        overheads = self.iteration_s + self.request_s * len(passes) + self.allreduce_s(shape, w)
-        return IterationTime(memory + compute + overheads, largest(memory, compute, overheads), w)
+        overheads = (
+            self.iteration_s
+            + self.request_s * len(passes)
+            + self.settings.get("layer_overhead_s", 0.0) * shape.layers
+            + self.allreduce_s(shape, w)
+        )
+        seconds = memory + compute + overheads
+        streamed = self.settings.get("stream_token_s", 0.0) * len(passes)  # beside the GPU
+        if streamed > seconds:  # the API server is the slower: it sets the pace
+            return IterationTime(streamed, "overheads", w)
+        return IterationTime(seconds, largest(memory, compute, overheads), w)
 
     def roof(self, nbytes: float, flops: float) -> tuple[float, float]:
         """(memory, compute) seconds of one group of work spread over the tp GPUs, at the

@@ -266,16 +266,18 @@ def operator_work(op: str, s: LayerShape, n: int, tp: int) -> tuple[float, float
 
 
 def machine(chip: str, tp: int = 1):
-    """The what-if's step model on paper for `tp` x `chip` at its DEFAULTS, fp16 FLOP/s (built
+    """The what-if's step model on paper for `tp` x `chip` at its defaults, fp16 FLOP/s (built
     directly: a 70B shape at tp=1 does not fit the memory plan, yet its operators still run)."""
-    from explorer.serving.simulate.whatif import CHIP_RULE, DEFAULTS, ChipStepModel
+    from explorer.serving.simulate.whatif import CHIP_RULE, ChipStepModel
+    from explorer.serving.simulate.whatif_settings import defaults_for
 
     c = chip_named(chip)
+    defaults = defaults_for(c.name)  # its chip family's fitted values
     return ChipStepModel(
         s_per_byte=0.0,
         s_per_flop=0.0,
-        iteration_s=DEFAULTS["iteration_overhead_s"],
-        request_s=DEFAULTS["sequence_overhead_s"],
+        iteration_s=defaults["iteration_overhead_s"],
+        request_s=defaults["sequence_overhead_s"],
         token_s=0.0,
         method="modelled",
         rule=CHIP_RULE,
@@ -284,7 +286,7 @@ def machine(chip: str, tp: int = 1):
         bandwidth_gbps=c.bandwidth_gbps,
         tflops=c.tflops("float16"),
         interconnect_gbps=c.interconnect_gbps,
-        settings=dict(DEFAULTS),
+        settings=defaults,
     )
 
 

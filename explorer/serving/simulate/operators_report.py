@@ -145,18 +145,19 @@ def _uncounted_lines(uncounted: dict) -> list[str]:
 
 
 def _implied_lines(imp: dict, settings: dict) -> list[str]:
-    from explorer.serving.simulate.whatif import DEFAULTS
+    from explorer.serving.simulate.whatif_settings import defaults_for
 
-    bw, fl = settings["bw_efficiency"], settings["flop_efficiency"]
     out = ["what the measurements imply for each term of the rule (medians; the rule's own value):"]
     for chip, m in imp.items():
+        mine = defaults_for(chip)  # the chip family's values (settings: the pooled ones)
+        bw, fl, ar = mine["bw_efficiency"], mine["flop_efficiency"], mine["allreduce_latency_s"]
         out.append(
             f"  {chip}: matmuls at >= 1024 tokens {_frac(m['matmul_flop_frac_large'])} of peak "
             f"FLOP/s ({fl:.0%}); at <= 16 tokens {_frac(m['matmul_bw_frac_small'])} of peak "
             f"bandwidth ({bw:.0%}); elementwise at >= 1024 tokens "
             f"{_frac(m['elementwise_bw_frac_large'])} ({bw:.0%}), at <= 16 tokens "
             f"{_us(m['elementwise_small_ms'])} each (no floor); all-reduce <= 256 KiB "
-            f"{_us(m['allreduce_small_ms'])} ({DEFAULTS['allreduce_latency_s'] * 1e6:.0f} us), "
+            f"{_us(m['allreduce_small_ms'])} ({ar * 1e6:.0f} us), "
             f"bus {_gbps(m['allreduce_bus_gbps_largest'])} at 64 MiB ({_gbps(m['interconnect_gbps'])})"
         )
     return out

@@ -6,17 +6,9 @@ drawn to published means, or per-request lengths) and measured metrics. For each
 (explorer.serving.simulate.whatif) simulates the same workload on the same chips, and each
 metric gets measured, simulated and error %.
 
-The default efficiencies of the what-if were fitted here, on the runs of FIT_SOURCES only (split
-by source, never by point: two runs of one source share an engine, a harness and a lab); the
-other sources are held out, and every summary gives both errors side by side. The fit
-(`explorer bench simulate --published --fit`) searches bandwidth and FLOP efficiency and the
-per-iteration overhead by coordinate descent on the median |log(simulated / measured)| of the
-throughputs, TPOT, ITL and E2E latency, then the per-request latency outside the engine (an
-added constant, so no new simulation) on TTFT.
-
-A per-request-per-iteration overhead is not fitted: on the first try it took 0.15 ms per request,
-which matched S9's runs of 1,000 streams at once (bound by vLLM's HTTP server, not its engine)
-and cut every engine-bound held-out throughput by 40-80% (batches of 256-2,048 requests).
+The what-if's defaults were fitted on the runs of FIT_SOURCES only (split by source, never by
+point); the other sources are held out, and every summary gives both errors side by side. The
+fit itself lives in explorer.serving.simulate.fit (`explorer bench simulate --published --fit`).
 """
 
 from __future__ import annotations
@@ -56,20 +48,21 @@ WORKLOAD_KEYS = {
     "uniform": ("num_prompts", "input_mean", "output_mean", "spread"),
     "replay": ("input_lens", "output_lens"),
 }
-FIT_AT_MOST = 400  # requests per run simulated while fitting (the table simulates all of them)
-FIT_TOKENS = 60_000  # and output tokens per run while fitting
 # A run of more requests or output tokens is simulated with its first ones (TensorRT-LLM's
 # 30,000 at 128/128, 3,000 at 128/2048): enough waves of the batch for its steady state.
 SIMULATE_AT_MOST = 6000
 SIMULATE_TOKENS = 1_500_000
-FIT_SEARCH = {  # setting: (lowest, highest) the coordinate descent searches
-    "bw_efficiency": (0.3, 1.0),
-    "flop_efficiency": (0.2, 1.0),
-    "iteration_overhead_s": (0.0, 8e-3),
-}
-
-
-SHOWN_SETTINGS = (*FIT_SEARCH, "sequence_overhead_s", "request_latency_s", "allreduce_latency_s")
+SIMULATED_SETTINGS = (  # the what-if settings a replay passes on (request latency is added after)
+    "bw_efficiency",
+    "flop_efficiency",
+    "iteration_overhead_s",
+    "layer_overhead_s",
+    "kernel_floor_s",
+    "sequence_overhead_s",
+    "stream_token_s",
+    "allreduce_latency_s",
+)
+SHOWN_SETTINGS = (*SIMULATED_SETTINGS, "request_latency_s")
 
 
 def load(path=None) -> dict:
@@ -222,14 +215,16 @@ def _info(name: str, dtype: str):
 
 
 def simulate_point(point: dict, settings: dict | None = None) -> dict:
-    """The what-if's result keys for one published run (the point's own what_if settings, then
-    `settings`, over the defaults); the per-request latency is left out (added by errors())."""
+    """The what-if's result keys for one published run (`settings`, then the point's own
+    what_if settings, over the defaults); the per-request latency is left out (errors() adds
+    it: the point's what_if request_latency_s where it gives one, as an offline harness does)."""
     from explorer.serving.simulate.run import simulate
     from explorer.serving.simulate.whatif import check_context, chip_model
 
     weights = "bfloat16" if point["dtype"] == "fp8" else point["dtype"]
     info = _info(point["model"], weights)
-    overrides = {**point.get("what_if", {}), **(settings or {}), "request_latency_s": 0.0}
+    # the run's own settings (its engine's, its harness's) win over the what-if's
+    overrides = {**(settings or {}), **point.get("what_if", {}), "request_latency_s": 0.0}
     model, extra = chip_model(
         info,
         point["chip"],
@@ -277,65 +272,15 @@ def errors(point: dict, simulated: dict, request_latency_s: float) -> list[dict]
 def compare_all(points: list[dict], settings: dict | None = None, progress=None) -> list[dict]:
     from explorer.serving.simulate.whatif import DEFAULTS
 
-    full = {**DEFAULTS, **(settings or {})}
+    given = settings or {}  # what is not given: the chip's defaults (whatif.defaults_for)
+    latency = given.get("request_latency_s", DEFAULTS["request_latency_s"])
     rows = []
     for point in points:
-        sim = simulate_point(point, {k: v for k, v in full.items() if k in FIT_SEARCH})
-        rows.extend(errors(point, sim, full["request_latency_s"]))
+        sim = simulate_point(point, {k: v for k, v in given.items() if k in SIMULATED_SETTINGS})
+        rows.extend(errors(point, sim, point.get("what_if", {}).get("request_latency_s", latency)))
         if progress:
             progress(point["id"])
     return rows
-
-
-def _log_error(rows: list[dict], metrics) -> float:
-    """Mean |log(simulated / measured)| over the rows of these metrics (a missing simulation
-    counts as a factor of e)."""
-    errs = [
-        abs(math.log(r["simulated"] / r["measured"])) if r["simulated"] else 1.0
-        for r in rows
-        if r["metric"] in metrics and r["measured"]
-    ]
-    return statistics.fmean(errs) if errs else 0.0
-
-
-def fit(
-    points: list[dict], rounds: int = 2, steps: int = 5, progress=None, at_most: int = FIT_AT_MOST
-) -> dict:
-    """The what-if settings that best match the points (see the module docstring); each point is
-    simulated with at most `at_most` of its requests while searching, to keep the fit minutes."""
-    from explorer.serving.simulate.whatif import DEFAULTS
-
-    if not points:
-        raise ValueError(
-            f"--fit: no published run of the fitted sources ({', '.join(FIT_SOURCES)}) to fit on"
-        )
-    best = {k: DEFAULTS[k] for k in FIT_SEARCH}
-    speed = [m for m in METRICS if m != "median_ttft_ms"]
-    points = [_at_most(p, at_most, FIT_TOKENS) for p in points]
-
-    def loss(settings: dict) -> float:
-        return _log_error(compare_all(points, {**settings, "request_latency_s": 0.0}), speed)
-
-    score = loss(best)
-    for r in range(rounds):
-        for name, (low, high) in FIT_SEARCH.items():
-            width = (high - low) / (2 ** (r + 1))
-            grid = [
-                best[name] + width * (i / (steps // 2))
-                for i in range(-(steps // 2), steps // 2 + 1)
-            ]
-            for value in sorted({min(high, max(low, v)) for v in grid} - {best[name]}):
-                if name.endswith("efficiency") and value <= 0:
-                    continue
-                trial = {**best, name: value}
-                s = loss(trial)
-                if progress:
-                    progress(f"{name}={value:.4g}: mean |log error| {s:.4f}")
-                if s < score:
-                    best, score = trial, s
-    rows = compare_all(points, {**best, "request_latency_s": 0.0})
-    best["request_latency_s"] = fit_latency(rows)
-    return best
 
 
 def _at_most(point: dict, n: int, tokens: int | None = None) -> dict:
@@ -350,18 +295,6 @@ def _at_most(point: dict, n: int, tokens: int | None = None) -> dict:
     if wl["num_prompts"] <= n:
         return point
     return {**point, "workload": {**wl, "num_prompts": n}}
-
-
-def fit_latency(rows: list[dict]) -> float:
-    """The per-request latency (s) that minimises the mean |log error| of TTFT (grid, 1 ms)."""
-    ttft = [r for r in rows if r["metric"] == "median_ttft_ms" and r["simulated"]]
-    if not ttft:
-        return 0.0
-
-    def err(ms: float) -> float:
-        return statistics.fmean(abs(math.log((r["simulated"] + ms) / r["measured"])) for r in ttft)
-
-    return min(range(0, 201), key=err) / 1e3
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -392,11 +325,13 @@ def _fingerprint(path=None) -> dict:
     import hashlib
 
     from explorer.serving.simulate.whatif import CHIP_RULE, DEFAULTS
+    from explorer.serving.simulate.whatif_settings import FAMILY_DEFAULTS
 
     return {
         "runs_sha256": hashlib.sha256(Path(path or PUBLISHED).read_bytes()).hexdigest(),
         "rule_sha256": hashlib.sha256(CHIP_RULE.encode()).hexdigest()[:16],
         "settings": dict(DEFAULTS),
+        "family_settings": FAMILY_DEFAULTS,
         "fit_sources": list(FIT_SOURCES),
     }
 
@@ -431,6 +366,7 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
         "fit_sources": list(FIT_SOURCES),
         "held_out_sources": sorted({p["source"] for p in data["points"]} - set(FIT_SOURCES)),
         "settings": {k: key["settings"][k] for k in SHOWN_SETTINGS},
+        "family_settings": key["family_settings"],
         "sources": data["sources"],
     }
     if save:

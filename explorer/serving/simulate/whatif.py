@@ -47,6 +47,7 @@ from explorer.serving.simulate.whatif_settings import (
     Deployment,
     WhatIf,
     check_settings,
+    defaults_for,
 )
 from explorer.serving.simulate.work import Footprint, weights_read
 
@@ -94,8 +95,8 @@ def chip_model(
     dtype: the weights' ("fp8" for FP8 weights; default the model's); kv_dtype: the KV cache's;
     expert_parallel: a mixture of experts' experts split whole across the `tp` GPUs."""
     check_settings(overrides)
-    settings = {**DEFAULTS, **overrides}
     chip = chip_named(chip_name)
+    settings = {**defaults_for(chip.name), **overrides}
     precision = Precision(chip_dtype(dtype or info.dtype), kv_dtype)
     precision.kv()  # refuses an unknown KV dtype
     shape = shape_of(info)
@@ -147,7 +148,10 @@ def assumptions(chip: Chip, tp: int, s: dict, plan: dict, p: Precision, tflops: 
         f"weights {p.dtype}, KV cache {p.kv()}: {chip.bandwidth_gbps:.0f} GB/s x "
         f"{s['bw_efficiency']:.0%} bandwidth efficiency, {tflops:.0f} TFLOP/s {p.dtype} x "
         f"{s['flop_efficiency']:.0%} FLOP efficiency, {s['iteration_overhead_s'] * 1e3:.2f} ms "
-        f"overhead per iteration + {s['sequence_overhead_s'] * 1e3:.3f} ms per request in it, "
+        f"overhead per iteration + {s['layer_overhead_s'] * 1e6:.1f} us per layer + "
+        f"{s['sequence_overhead_s'] * 1e3:.3f} ms per request in it, GEMM kernels at least "
+        f"{s['kernel_floor_s'] * 1e6:.1f} us each, at least {s['stream_token_s'] * 1e6:.0f} us "
+        "per request per iteration in the API server, "
         f"{s['request_latency_s'] * 1e3:.1f} ms per request outside the engine",
         f"weights {plan['weights_gb']:.1f} GB ({plan['weights_per_gpu_gb']:.1f} GB per GPU); KV "
         f"budget {plan['kv_budget_gb_per_gpu']:.1f} GB per GPU = {plan['kv_tokens']:,} tokens "

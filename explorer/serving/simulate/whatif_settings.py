@@ -4,9 +4,12 @@ scheduler defaults (WhatIf), and how the GPUs are laid out (Deployment: tensor p
 a replica, independent replicas behind a load balancer). The CLI, the Capacity tab and the
 checks read these Specs; DEFAULTS and RANGES are the same facts as plain dicts.
 
-The efficiencies and overheads were fitted (rounded) to the published runs of sources S3 and S9
-(vLLM 0.11 / 0.19 through `vllm bench serve`; `explorer bench simulate --published --fit`,
-assets/published/); the other sources are held out. The rest are vLLM's defaults.
+The chip's realisation (efficiencies, kernel floor, per-layer time, all-reduce latency) was
+fitted on Vidur's measured operator table (A100, H100; per chip family where they differ), the
+per-step overhead, request latency and the API server's time per token on the published runs of
+sources S3 and S9 (vLLM 0.11 / 0.19 through `vllm bench serve`), the other sources held out:
+`explorer bench simulate --published --fit` (explorer.serving.simulate.fit, whose FITTED are
+these values, rounded). The rest are vLLM's defaults.
 """
 
 from __future__ import annotations
@@ -22,40 +25,72 @@ class WhatIf:
     """The chip machine's and the memory plan's parameters (every one a stated number)."""
 
     bw_efficiency: float = setting(
-        0.57,
+        0.75,
         "sustained bandwidth",
-        "share of the chip's peak memory bandwidth an iteration sustains (fitted)",
+        "share of the chip's peak memory bandwidth an iteration sustains (fitted on Vidur's "
+        "GEMMs; per chip family: FAMILY_DEFAULTS)",
         low=0.0,
         high=1.0,
         low_open=True,
         step=0.01,
     )
     flop_efficiency: float = setting(
-        0.4,
+        0.71,
         "FLOP efficiency",
-        "share of the chip's peak FLOP/s the GEMMs and attention reach (fitted)",
+        "share of the chip's peak FLOP/s the GEMMs and attention reach (fitted on Vidur's GEMMs)",
         low=0.0,
         high=1.0,
         low_open=True,
         step=0.01,
     )
     iteration_overhead_s: float = setting(
-        0.0,
+        1.063e-3,
         "per-step overhead (s)",
-        "seconds added to every iteration (fitted 0: CUDA graphs, async scheduling)",
+        "seconds added to every iteration: scheduling, sampling, Python (fitted on the light "
+        "runs' TPOT)",
+        low=0.0,
+    )
+    layer_overhead_s: float = setting(
+        2.15e-5,
+        "per-layer overhead (s)",
+        "seconds per layer per iteration: the layer's small kernels the work sum gives no bytes "
+        "(norms, RoPE, activation, residual add) at their launch floor, every step (CUDA graphs "
+        "hide the CPU's launches, not the kernels' GPU time; fitted on Vidur's operator table)",
+        low=0.0,
+    )
+    kernel_floor_s: float = setting(
+        4e-6,
+        "kernel launch floor (s)",
+        "the least time one GEMM kernel takes: an iteration's fused GEMM takes at least 4 per "
+        "layer x this (fitted on Vidur's operator table)",
         low=0.0,
     )
     sequence_overhead_s: float = setting(
-        0.0, "per-request overhead (s)", "seconds per request in an iteration (not fitted)", low=0.0
+        0.0,
+        "per-request overhead (s)",
+        "seconds per request in an iteration, added to it (engine-side scheduling and input "
+        "preparation; not fitted: the heavy runs cannot tell it from the API server's)",
+        low=0.0,
+    )
+    stream_token_s: float = setting(
+        0.0,
+        "API server per token (s)",
+        "seconds the API server spends on each request's token of an iteration (detokenising, "
+        "streaming); it runs beside the GPU (vLLM V1's API-server process), so an iteration "
+        "takes at least requests x this (fitted on the heavy runs; 0 offline)",
+        low=0.0,
     )
     request_latency_s: float = setting(
         0.053,
         "request latency (s)",
-        "per request outside the engine: HTTP, tokenising, streaming (fitted on TTFT)",
+        "per request outside the engine: HTTP, tokenising (fitted on the light runs' TTFT)",
         low=0.0,
     )
     allreduce_latency_s: float = setting(
-        10e-6, "all-reduce latency (s)", "fixed time of one tensor-parallel all-reduce", low=0.0
+        3.65e-5,
+        "all-reduce latency (s)",
+        "fixed time of one tensor-parallel all-reduce (fitted on Vidur's NCCL all-reduces)",
+        low=0.0,
     )
     gpu_memory_utilization: float = setting(
         0.9,
@@ -99,6 +134,26 @@ class Deployment:
 
 
 DEFAULTS = asdict(WhatIf())
+# Chip families whose sustained fractions and kernel terms Vidur's operator table measured apart
+# (explorer.serving.simulate.fit); a chip of no family here (MI300X, L40S, ...) takes DEFAULTS,
+# the pooled values. A setting the caller gives always wins over its family's.
+CHIP_FAMILIES = {
+    "H100 SXM": "hopper",
+    "H200": "hopper",
+    "A100 80GB": "ampere",
+    "A100 40GB": "ampere",
+}
+FAMILY_DEFAULTS: dict[str, dict[str, float]] = {
+    "hopper": {"bw_efficiency": 0.82, "layer_overhead_s": 1.85e-5, "allreduce_latency_s": 3.6e-5},
+    "ampere": {"bw_efficiency": 0.73, "layer_overhead_s": 2.3e-5, "allreduce_latency_s": 4e-5},
+}
+
+
+def defaults_for(chip_name: str) -> dict:
+    """The what-if's defaults on this chip: DEFAULTS with its family's fitted values over them."""
+    return {**DEFAULTS, **FAMILY_DEFAULTS.get(CHIP_FAMILIES.get(chip_name, ""), {})}
+
+
 SPECS: dict[str, Spec] = specs(WhatIf)
 # (lowest, highest, whether the lowest is allowed) per setting, from the declarations
 RANGES = {
