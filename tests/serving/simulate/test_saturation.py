@@ -30,11 +30,11 @@ def verdicts(load: float, n: int, seeds=range(8)) -> list[str]:
 def test_a_queue_at_capacity_does_not_read_stable_though_its_slope_is_flat():
     """At rho = 1 the backlog grows like sqrt(t): the least-squares slope per arrival is about 0
     (under the 0.05 limit, so the old test read it steady), the backlog peak is not."""
-    at_capacity = [judge(single_server(100.0, 0.01, 8000, seed=s)) for s in range(6)]
+    at_capacity = [judge(single_server(100.0, 0.01, 8000, seed=s)) for s in range(8)]
     assert all(abs(r["queue_growth"]) < 0.05 for r in at_capacity)
-    # most runs exactly at capacity are caught (here 4 of 6: a reflected random walk sometimes
+    # most runs exactly at capacity are caught (here 5 of 8: a reflected random walk sometimes
     # stays low for a whole run); every one read steady by the slope alone
-    assert sum(r["steadiness"] != "stable" for r in at_capacity) >= 4
+    assert sum(r["steadiness"] != "stable" for r in at_capacity) >= 5
     assert all(r["backlog_z"] is not None for r in at_capacity)
 
 
