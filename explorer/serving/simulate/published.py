@@ -101,6 +101,9 @@ def check_point(point: dict, sources: dict, where: str) -> None:
     if missing:
         raise ValueError(f"{where}: missing {', '.join(missing)}")
     check_engine_named(point.get("engine"), where)
+    from explorer.serving.simulate.engine_map import policy_of
+
+    policy_of(point["engine"], where)  # an engine the what-if has a policy for
     check_measured(point["measured"], where)
     tp = point["tp"]
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
@@ -221,15 +224,24 @@ def _info(name: str, dtype: str):
     return arch_info(name, dtype)
 
 
-def simulate_point(point: dict, settings: dict | None = None) -> dict:
+def simulate_point(point: dict, settings: dict | None = None, policy: str | None = None) -> dict:
     """The what-if's result keys for one published run (the point's own what_if settings, then
-    `settings`, over the defaults); the per-request latency is left out (added by errors())."""
+    `settings`, over the defaults) under the scheduler its engine ran (engine_map.run_setup;
+    `policy`: another one, e.g. "continuous"); the per-request latency is left out (added by
+    errors())."""
+    from explorer.serving.simulate.engine_map import run_setup
+    from explorer.serving.simulate.engine_policies import chip_knobs
     from explorer.serving.simulate.run import simulate
     from explorer.serving.simulate.whatif import check_context, chip_model
 
+    mapped, knobs, flags_what_if = run_setup(point)
+    if policy not in (None, mapped):
+        knobs, flags_what_if = {}, {}
+    policy = policy or mapped
     weights = "bfloat16" if point["dtype"] == "fp8" else point["dtype"]
     info = _info(point["model"], weights)
-    overrides = {**point.get("what_if", {}), **(settings or {}), "request_latency_s": 0.0}
+    stated = {**flags_what_if, **point.get("what_if", {})}
+    overrides = {**stated, **(settings or {}), "request_latency_s": 0.0}
     model, extra = chip_model(
         info,
         point["chip"],
@@ -240,7 +252,8 @@ def simulate_point(point: dict, settings: dict | None = None) -> dict:
     )
     wl, requests = point_requests(_at_most(point, SIMULATE_AT_MOST, SIMULATE_TOKENS))
     check_context(info, requests)
-    return simulate(info, wl, "continuous", model, requests=requests, **extra["knobs"]).result
+    knobs = {**chip_knobs(policy, extra, point["chip"], stated), **knobs}
+    return simulate(info, wl, policy, model, requests=requests, **knobs).result
 
 
 def errors(point: dict, simulated: dict, request_latency_s: float) -> list[dict]:
@@ -274,14 +287,27 @@ def errors(point: dict, simulated: dict, request_latency_s: float) -> list[dict]
     return rows
 
 
-def compare_all(points: list[dict], settings: dict | None = None, progress=None) -> list[dict]:
+def compare_all(
+    points: list[dict], settings: dict | None = None, progress=None, policy: str | None = None
+) -> list[dict]:
+    """Measured vs simulated rows of every point (policy: one scheduler for all instead of the
+    one each run's engine names; a point the what-if cannot run gives rows marked unsupported)."""
+    from explorer.serving.simulate.engine_map import policy_of
     from explorer.serving.simulate.whatif import DEFAULTS
 
     full = {**DEFAULTS, **(settings or {})}
     rows = []
     for point in points:
-        sim = simulate_point(point, {k: v for k, v in full.items() if k in FIT_SEARCH})
-        rows.extend(errors(point, sim, full["request_latency_s"]))
+        try:
+            sim = simulate_point(point, {k: v for k, v in full.items() if k in FIT_SEARCH}, policy)
+        except ValueError as err:  # the what-if cannot run it: counted as unsupported, and why
+            sim = {"unsupported": str(err)}
+        got = errors(point, sim, full["request_latency_s"])
+        for row in got:
+            row["policy"] = policy or policy_of(point["engine"])
+            if "unsupported" in sim:
+                row["unsupported"] = sim["unsupported"]
+        rows.extend(got)
         if progress:
             progress(point["id"])
     return rows

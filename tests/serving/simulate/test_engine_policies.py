@@ -1,0 +1,210 @@
+"""The served engines' schedulers (vLLM V1 and V0, SGLang, TensorRT-LLM) on tiny hand-made
+states, the published runs' engine mapping, and the bad-input lines. No model, no chip: each
+test builds the few requests it needs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from explorer.cli import main
+from explorer.serving.simulate import published
+from explorer.serving.simulate.engine_map import policy_of, run_setup
+from explorer.serving.simulate.events import Simulator
+from explorer.serving.simulate.policy import POLICIES, SimRequest, knobs_for, policy_for
+
+
+class State:
+    """The part of the event loop a policy reads: the waiting and running lists."""
+
+    def __init__(self, running=(), waiting=()):
+        self.running, self.waiting, self.now = list(running), list(waiting), 0.0
+
+
+def decoding(rid: str, prompt: int = 32, tokens: int = 3, out: int = 64, page: int = 16):
+    req = SimRequest(rid, prompt, out, 0.0)
+    req.token_s = [0.0] * tokens
+    req.cached = prompt + tokens - 1
+    req.blocks = -(-req.cached // page)
+    return req
+
+
+def waiting(rid: str, prompt: int, out: int = 64) -> SimRequest:
+    req = SimRequest(rid, prompt, out, 0.0)
+    req.prefill_left = prompt
+    return req
+
+
+def make(engine: str, **knobs):
+    return policy_for(engine, knobs_for(engine, knobs))
+
+
+def rows_of(plan) -> list[tuple[str, int]]:
+    return [(r.id, q) for r, q in plan.rows]
+
+
+def land(plan):
+    """What the event loop does when the plan's step ends: its tokens land."""
+    for req, q in plan.rows:
+        req.cached += q
+        req.prefill_left = max(0, req.prefill_left - q)
+        if req.prefill_left == 0:
+            req.token_s.append(1.0)
+    return plan
+
+
+# --- vLLM V1 ------------------------------------------------------------------------------------
+
+
+def test_vllm_runs_decodes_first_then_admits_waiting_in_order_chunking_the_last():
+    pol = make("vllm", max_num_batched_tokens=150, num_gpu_blocks=100)
+    sim = State(
+        [decoding("d1"), decoding("d2"), decoding("d3")], [waiting("w1", 100), waiting("w2", 100)]
+    )
+    plan = pol.plan(sim)
+    assert rows_of(plan) == [("d1", 1), ("d2", 1), ("d3", 1), ("w1", 100), ("w2", 47)]
+    assert [r.id for r in sim.running] == ["d1", "d2", "d3", "w1", "w2"] and not sim.waiting
+
+
+def test_vllm_without_chunked_prefill_or_past_max_num_seqs_leaves_prompts_waiting():
+    sim = State([decoding("d1")], [waiting("w1", 100), waiting("w2", 100)])
+    plan = make("vllm", max_num_batched_tokens=150, enable_chunked_prefill=False).plan(sim)
+    assert rows_of(plan) == [("d1", 1), ("w1", 100)] and [r.id for r in sim.waiting] == ["w2"]
+    sim = State([decoding("d1")], [waiting("w1", 10), waiting("w2", 10)])
+    plan = make("vllm", max_num_seqs=2).plan(sim)
+    assert rows_of(plan) == [("d1", 1), ("w1", 10)]
+
+
+def test_vllm_preempts_the_newest_running_request_by_recompute_and_admits_no_one():
+    # d1 needs a new block for its next token (32 cached = 2 full blocks); none is free
+    old, new = decoding("d1", prompt=30, tokens=3), decoding("d2", prompt=14, tokens=2)
+    sim = State([old, new], [waiting("w1", 4)])
+    pol = make("vllm", num_gpu_blocks=old.blocks + new.blocks, block_size=16)
+    plan = pol.plan(sim)
+    assert rows_of(plan) == [("d1", 1)] and plan.preempted == 1
+    assert [r.id for r in sim.waiting] == ["d2", "w1"]  # back at the front, none admitted
+    assert new.blocks == 0 and new.prefill_left == 14 + 2 and new.preemptions == 1
+
+
+# --- vLLM V0 with multi-step scheduling ---------------------------------------------------------
+
+
+def test_vllm_v0_runs_a_prefill_only_step_before_decodes():
+    pol = make("vllm-v0", max_num_batched_tokens=256)
+    sim = State([decoding("d1")], [waiting("w1", 100), waiting("w2", 200)])
+    assert rows_of(pol.plan(sim)) == [("w1", 100)]  # whole prompts only; w2 waits its turn
+    assert rows_of(pol.plan(State([decoding("d1")], []))) == [("d1", 1)]
+
+
+class Steps:
+    """A step model of 1 ms per pass plus 1 us per query token."""
+
+    gap_s = startup_s = 0.0
+
+    def seconds(self, shape, passes) -> float:
+        return 1e-3 + 1e-6 * sum(q for q, _ in passes)
+
+
+def test_multi_step_scheduling_lands_tokens_in_bursts_of_n():
+    reqs = [SimRequest("a", 8, 7, 0.0)]
+    Simulator(make("vllm-v0", num_scheduler_steps=3), None, Steps()).run(reqs)
+    times = reqs[0].token_s
+    assert len(times) == 7 and len(set(times)) == 3  # 3 + 3 + 1 tokens
+    assert times[0] == times[2] < times[3] == times[5] < times[6]
+    # the first burst waited for the prefill and two decode steps
+    assert times[0] == pytest.approx(3e-3 + 1e-6 * (8 + 1 + 1))
+
+
+# --- SGLang -------------------------------------------------------------------------------------
+
+
+def test_sglang_runs_a_prefill_batch_alone_whenever_waiting_requests_fit():
+    pol = make("sglang", max_total_tokens=10_000)
+    sim = State([decoding("d1")], [waiting("w1", 50), waiting("w2", 60)])
+    assert rows_of(land(pol.plan(sim))) == [("w1", 50), ("w2", 60)]  # no decode rows in it
+    assert rows_of(pol.plan(sim)) == [("d1", 1), ("w1", 1), ("w2", 1)]  # then decode
+
+
+def test_sglang_chunks_a_long_prompt_and_reserves_outputs_conservatively():
+    pol = make("sglang", chunked_prefill_size=64, max_total_tokens=10_000)
+    sim = State([], [waiting("w1", 100), waiting("w2", 10)])
+    assert rows_of(land(pol.plan(sim))) == [("w1", 64)]  # cut at the chunk; the rest next
+    assert rows_of(pol.plan(sim)) == [("w1", 36), ("w2", 10)]
+    # 1,000 slots: a running request with 900 tokens to go reserves 0.7 x 900 of them
+    for conservativeness, first in ((1.0, "d1"), (0.5, "w1")):
+        pol = make("sglang", max_total_tokens=1_000, schedule_conservativeness=conservativeness)
+        sim = State([decoding("d1", prompt=10, tokens=1, out=901, page=1)], [waiting("w1", 300)])
+        # 300 + 64 > 1,000 - 10 - 0.7 x 900 = 360; at half the conservativeness: 675 left
+        assert rows_of(pol.plan(sim))[0][0] == first
+
+
+# --- TensorRT-LLM -------------------------------------------------------------------------------
+
+
+def test_trtllm_guaranteed_no_evict_admits_only_what_fits_whole():
+    # 40 + 40 tokens in 16-token blocks: 5 blocks each, held from the start
+    for blocks, admitted in ((10, ["w1", "w2"]), (9, ["w1"])):
+        pol = make("trtllm", num_kv_blocks=blocks, tokens_per_block=16)
+        sim = State([], [waiting("w1", 40, out=40), waiting("w2", 40, out=40)])
+        assert [r.id for r, _ in pol.plan(sim).rows] == admitted
+        assert [r.blocks for r in sim.running] == [5] * len(admitted)
+
+
+def test_trtllm_mixes_decodes_with_contexts_under_max_num_tokens_without_chunking():
+    pol = make("trtllm", max_num_tokens=100)
+    sim = State([decoding("d1", page=32)], [waiting("w1", 60), waiting("w2", 60)])
+    assert rows_of(pol.plan(sim)) == [("d1", 1), ("w1", 60)]  # w2 does not fit: waits
+    pol = make("trtllm", max_num_tokens=100, enable_chunked_prefill=True)
+    sim = State([decoding("d1", page=32)], [waiting("w1", 60), waiting("w2", 60)])
+    assert rows_of(pol.plan(sim)) == [("d1", 1), ("w1", 60), ("w2", 39)]
+
+
+# --- capacity on the class; the engine mapping; bad input ---------------------------------------
+
+
+def test_each_policy_owns_its_capacity_formula():
+    for name in POLICIES.names():
+        assert "rate" in vars(POLICIES.get(name)), name
+    same = {"num_gpu_blocks": 10_000, "max_num_seqs": 256, "max_num_batched_tokens": 2048}
+    mixed = make("vllm", **same).rate(Steps(), None, 100, 50)
+    split = make("vllm-v0", **same).rate(Steps(), None, 100, 50)
+    # 20 prompts per prefill step; 256 decoding requests (max_num_seqs); 1 ms per step
+    assert split == pytest.approx(1 / (3e-3 / 20 + 49 * (1e-3 + 256e-6) / 256))
+    assert mixed > split  # prefills ride in decode steps instead of steps of their own
+
+
+def test_every_published_run_maps_to_the_policy_of_its_engine_and_version():
+    want = {"vLLM 0.6.0": "vllm-v0", "SGLang 0.3.0": "sglang", "vLLM 0.19.1": "vllm",
+            "vLLM 0.11.0": "vllm", "vLLM (CI build 9515)": "vllm"}  # fmt: skip
+    for p in published.load()["points"]:
+        expect = "trtllm" if p["engine"].startswith("TensorRT-LLM") else want[p["engine"]]
+        assert policy_of(p["engine"]) == expect, p["id"]
+        policy, knobs, _ = run_setup(p)
+        assert knobs == ({"num_scheduler_steps": 10} if policy == "vllm-v0" else {}), p["id"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "says"),
+    [
+        ("FooServe 1.2", "engine 'FooServe 1.2' has no policy in the what-if; it models vLLM"),
+        ("vLLM", "engine 'vLLM' gives no version"),
+        ("", "engine must name the serving engine and its version"),
+    ],
+)
+def test_a_published_run_without_a_known_engine_or_version_is_one_line(tmp_path, engine, says):
+    data = published.load()
+    point = {**data["points"][0], "engine": engine}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"sources": data["sources"], "points": [point]}))
+    with pytest.raises(ValueError, match=says) as err:
+        published.load(path)
+    assert "\n" not in str(err.value)
+
+
+def test_cli_names_the_engines_it_models_for_an_unknown_one(capsys):
+    assert main(["simulate", "--engine", "nope", "--hardware", "h100"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("continuous, vllm, vllm-v0, sglang, trtllm") and "\n" not in err
+    assert main(["simulate", "--engine", "sglang"]) == 2
+    assert "give --hardware" in capsys.readouterr().err
