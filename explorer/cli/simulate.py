@@ -402,21 +402,25 @@ def _published(args) -> int:
     if args.json:
         print_json(s)
         return 0
+    from explorer.serving.simulate.published_report import report_text
+
     _print_published_rows(s["rows"])
     print()
     print(published.summary_text(s))
+    print()
+    print(report_text(s["report"]))
     print(f"what-if settings: {s['settings']}")
     return 0
 
 
 def _print_published_rows(rows: list[dict]) -> None:
     print(
-        f"{'run':<34}{'split':<9}{'chip':<10}{'metric':<19}{'measured':>10}{'simulated':>11}"
-        f"{'error':>9}"
+        f"{'run':<34}{'split':<9}{'chip':<10}{'policy':<9}{'metric':<19}{'measured':>10}"
+        f"{'simulated':>11}{'error':>9}"
     )
     for r in rows:
         err, s = pct(r["error_pct"], "+.1f"), number(r["simulated"], ".4g")
         print(
-            f"{r['id'][:33]:<34}{r['split']:<9}{r['chip']:<10}{r['metric']:<19}"
-            f"{r['measured']:>10.4g}{s:>11}{err:>9}"
+            f"{r['id'][:33]:<34}{r['split']:<9}{r['chip']:<10}{r.get('policy', '?'):<9}"
+            f"{r['metric']:<19}{r['measured']:>10.4g}{s:>11}{err:>9}"
         )

@@ -52,6 +52,13 @@ def check_prompts() -> int:
     return CHECK_PROMPTS
 
 
+def _engines() -> list[str]:
+    """The schedulers the what-if runs on a chip (the lab's continuous, the served engines')."""
+    from explorer.serving.simulate.policy import POLICIES, modelled
+
+    return [n for n in modelled() if POLICIES.get(n).on_paper]
+
+
 def _shapes() -> list[str]:
     from explorer.model.loader import available_models
 
@@ -85,6 +92,7 @@ class CapacityTab(Tab):
         self.model = box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
         self.chip = box(W.Dropdown, "chip", "h100", "chip", options=_chips())
         self.gpus = box(W.IntText, "gpus", 1, "GPUs (TP)")
+        self.engine = box(W.Dropdown, "engine", "continuous", "scheduler", options=_engines())
         self.replicas, self.check = self._deployment_controls(box)
         self.expert_parallel = box(W.Checkbox, "ep", False, "split experts (EP)", indent=False)
         self.dtype = box(W.Dropdown, "dtype", "bfloat16", "dtype", "215px", options=WEIGHT_DTYPES)
@@ -113,7 +121,9 @@ class CapacityTab(Tab):
             [
                 W.HBox([self.model, self.chip, self.gpus, self.replicas, self.dtype]),
                 W.HBox([self.input_len, self.output_len, self.slos, self.price, self.check]),
-                W.HBox([self.bw_eff, self.flop_eff, self.expert_parallel, self.run_button]),
+                W.HBox(
+                    [self.engine, self.bw_eff, self.flop_eff, self.expert_parallel, self.run_button]
+                ),
                 self.answer,
                 self.chart,
                 W.HBox([self.measured, self.compare_button]),
@@ -250,6 +260,7 @@ class CapacityTab(Tab):
             flop_efficiency=self.flop_eff.value,
             dtype=self.dtype.value,
             expert_parallel=self.expert_parallel.value,
+            engine=self.engine.value,
         )
         rows = curve(info, self.chip.value, **setup)
         best = (
@@ -264,7 +275,8 @@ class CapacityTab(Tab):
         items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
         self.answer.value = (
             f"<div>{verdict} (modelled)</div><details><summary>assumptions</summary>"
-            f"<ul style='font-size:11px'>{items}</ul></details>{_published_html()}"
+            f"<ul style='font-size:11px'>{items}</ul></details>"
+            f"{_published_html(self.engine.value, self.chip.value)}"
         )
         self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
 
@@ -296,21 +308,40 @@ class CapacityTab(Tab):
         return verdict
 
 
-def _published_html() -> str:
-    """How far the what-if was from published GPU runs (the stored comparison), as a table."""
+def _published_html(engine: str = "continuous", chip: str = "h100") -> str:
+    """How far the what-if was from published GPU runs (the stored comparison): the row of the
+    report for this scheduler on this chip (published_report.matching_row), then the table."""
     from explorer.serving.simulate.published import validation_summary
+    from explorer.serving.simulate.published_report import REPORTED, matching_row
 
     s = validation_summary(compute=False)
     if s is None:
         return "<div>no stored comparison with published runs</div>"
+    row = matching_row(s.get("report") or {}, engine, chip)
+    if row is None:
+        match = (
+            f"<div>no published run used the {html.escape(engine)} scheduler on "
+            f"{html.escape(chip)}: the errors below are over other engines and chips</div>"
+        )
+    else:
+        errs = ", ".join(
+            f"{h} {pct(row['median_abs_error_pct'][m])} ({row['n'][m]})"
+            for m, h in REPORTED.items()
+            if row["n"][m]
+        )
+        match = (
+            f"<div class='ie-cap-match'>published runs of <b>{html.escape(engine)} on "
+            f"{html.escape(chip)}</b> ({row['split']}; {row['run']} run, {row['unsupported']} "
+            f"unsupported): median |error| {errs}</div>"
+        )
     cells = "".join(
         f"<tr><td>{x['metric']}</td><td>{pct(x['fitted'])} ({x['n_fitted']})</td>"
         f"<td>{pct(x['held_out'])} ({x['n_held_out']})</td></tr>"
         for x in s["summary"]
     )
     return (
-        f"<details><summary>how far this model was from published GPU runs (median |error|; "
-        f"fitted on {', '.join(s['fit_sources'])}, held out "
+        f"{match}<details><summary>how far this model was from published GPU runs (median "
+        f"|error|; fitted on {', '.join(s['fit_sources'])}, held out "
         f"{', '.join(s['held_out_sources'])})</summary><table style='font-size:11px'><tr>"
         f"<th>metric</th><th>fitted (runs)</th><th>held out (runs)</th></tr>{cells}</table>"
         f"</details>"

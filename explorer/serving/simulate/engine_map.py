@@ -12,7 +12,8 @@ of explorer.serving.simulate.engine_policies, and its `settings` flags -> that p
 Flags read from a run's `settings` (the rest are noted in the runs file, not modelled):
 --num-scheduler-steps N (vllm-v0), --max-model-len / --max_model_len N (vllm-v0: the token
 budget max(N, 2048) when the run states none), --mem-frac / --mem-fraction-static F (SGLang:
-the what-if's gpu_memory_utilization).
+the what-if's gpu_memory_utilization). A TensorRT-LLM run whose prompts are longer than
+max_num_tokens (8,192) served them, so its context chunking was on.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ FAMILIES = {  # the engine's name as runs write it (lower case) -> its policy fa
     "trtllm": "trtllm",
 }
 V1_FROM = (0, 8)  # vLLM's V1 engine is the default from 0.8.0
+TRTLLM_MAX_NUM_TOKENS = 8192  # TensorRT-LLM's default, engine_knobs.TrtllmKnobs
 
 
 def parse_engine(engine: str, where: str = "engine") -> tuple[str, tuple[int, ...] | None]:
@@ -63,6 +65,18 @@ def flag_value(settings: str, *flags: str) -> str | None:
     return None
 
 
+def longest_prompt(point: dict) -> float:
+    """The longest prompt a run's workload can hold (its fixed, largest or drawn-at-most length)."""
+    wl = point.get("workload", {})
+    if wl.get("input_lens"):
+        return max(wl["input_lens"])
+    if wl.get("input_len"):
+        return wl["input_len"]
+    if wl.get("input_max"):
+        return wl["input_max"]
+    return (wl.get("input_mean") or 0) * (1 + (wl.get("spread") or 0))
+
+
 def run_setup(point: dict) -> tuple[str, dict, dict]:
     """(policy, its knobs from the run's settings flags, what-if settings from them)."""
     where = f"point {point.get('id', '?')}"
@@ -76,6 +90,8 @@ def run_setup(point: dict) -> tuple[str, dict, dict]:
         length = flag_value(flags, "--max-model-len", "--max_model_len")
         if length and "max_batch_tokens" not in point.get("what_if", {}):
             what_if["max_batch_tokens"] = max(int(length), 2048)
+    if policy == "trtllm" and longest_prompt(point) > TRTLLM_MAX_NUM_TOKENS:
+        knobs["enable_chunked_prefill"] = True  # it served them, so its contexts were chunked
     if policy == "sglang":
         frac = flag_value(flags, "--mem-frac", "--mem-fraction-static")
         if frac:

@@ -170,8 +170,8 @@ class VllmPolicy(Policy):
 
 
 def burst_passes(rows, steps: int) -> list[list[list[int]]]:
-    """The passes of multi-step scheduling's steps 2..N: each row whose prompt is done in this
-    plan decodes on while it still has tokens to give ([1 query token, its past])."""
+    """The passes of multi-step scheduling's steps 2..N: each decoding row decodes on while it
+    still has tokens to give ([1 query token, its past])."""
     more = []
     for j in range(1, steps):
         more.append(
@@ -193,12 +193,14 @@ class VllmV0Policy(Policy):
     a step that has any prefill runs prefills only; otherwise every running request decodes, and
     a request that cannot get its next block preempts the newest running one by recompute (back
     at the front of the waiting queue). Multi-step scheduling (--num-scheduler-steps N,
-    vllm/engine/llm_engine.py + worker/multi_step_model_runner.py): a scheduled batch runs N
-    steps (a prefill batch: its prefill, then N - 1 decodes) before the scheduler runs again,
-    with blocks for the N tokens taken up front; the tokens of the N steps reach the client
-    together when the last step ends, so TTFT includes the N - 1 decodes after the prefill and
-    the inter-token times come in bursts (TPOT, the mean per token, is unchanged by that).
-    Not modelled: swap space (preemption is recompute), the delay factor."""
+    vllm/engine/llm_engine.py + worker/multi_step_model_runner.py): a decode batch runs N steps
+    before the scheduler runs again, with blocks for the N tokens taken up front, and the tokens
+    of the N steps reach the client together when the last step ends (the inter-token times
+    come in bursts; TPOT, the mean per token, is unchanged by that); a prompt that arrives
+    meanwhile waits for the batch's last step, so TTFT includes that wait. A prefill batch runs
+    one step (0.6.0 ran multi-step for decodes only: chunked prefill with multi-step came
+    later), its first tokens landing when it ends. Not modelled: swap space (preemption is
+    recompute), the delay factor."""
 
     Knobs = VllmV0Knobs
     order = 45
@@ -206,7 +208,7 @@ class VllmV0Policy(Policy):
     WATERMARK = 0.01  # vLLM V0 CacheConfig: free blocks kept back when admitting a prompt
     assumption = (
         "scheduler: vLLM V0 (prefill-only steps before decode steps, whole prompts under the "
-        "token budget; multi-step: N steps per schedule, tokens in bursts of N)"
+        "token budget; multi-step: N decode steps per schedule, tokens in bursts of N)"
     )
 
     @property
@@ -233,23 +235,23 @@ class VllmV0Policy(Policy):
     def plan(self, sim) -> Plan | None:
         k = self.knobs
         steps, free = k.num_scheduler_steps, k.num_gpu_blocks - used_blocks(sim)
-        rows = self.prefills(sim, free, steps)
-        preempted = []
-        if not rows:
-            rows, preempted = self.decodes(sim, free, steps)
-            requeue_front(sim, preempted)
+        rows = self.prefills(sim, free)
+        if rows:
+            return Plan.of(rows)
+        rows, preempted = self.decodes(sim, free, steps)
+        requeue_front(sim, preempted)
         plan = Plan.of(rows, preempted=len(preempted))
         plan.more = burst_passes(rows, steps)
         return plan
 
-    def prefills(self, sim, free: int, steps: int) -> list:
+    def prefills(self, sim, free: int) -> list:
         k, rows, admitted = self.knobs, [], []
         budget, keep = k.max_num_batched_tokens, self.WATERMARK * k.num_gpu_blocks
         for req in sim.waiting:
             q = req.prefill_left
             if len(sim.running) + len(admitted) >= k.max_num_seqs or q > budget:
                 break
-            need = blocks_needed(req, q + steps - 1, k.block_size)
+            need = blocks_needed(req, q, k.block_size)
             if free - need < keep:
                 break
             free -= take(rows, req, q, need)

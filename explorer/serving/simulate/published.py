@@ -36,6 +36,7 @@ METRICS = (
     "output_throughput",
     "request_throughput",
     "median_ttft_ms",
+    "p99_ttft_ms",
     "median_tpot_ms",
     "median_itl_ms",
     "median_e2el_ms",
@@ -44,6 +45,7 @@ UNITS = {  # each measured metric's unit (its name says it) and the most a real 
     "output_throughput": ("output tokens/s", 1e8),
     "request_throughput": ("requests/s", 1e6),
     "median_ttft_ms": ("ms", 1e7),
+    "p99_ttft_ms": ("ms", 1e7),
     "median_tpot_ms": ("ms", 1e7),
     "median_itl_ms": ("ms", 1e7),
     "median_e2el_ms": ("ms", 1e8),
@@ -105,6 +107,8 @@ def check_point(point: dict, sources: dict, where: str) -> None:
 
     policy_of(point["engine"], where)  # an engine the what-if has a policy for
     check_measured(point["measured"], where)
+    for k, again in enumerate(point.get("repeats") or []):  # the same run repeated by its source
+        check_measured(again, f"{where}: repeats[{k}]")
     tp = point["tp"]
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
         raise ValueError(f"{where}: tp must be a whole number >= 1, got {tp!r}")
@@ -424,6 +428,7 @@ def _fingerprint(path=None) -> dict:
         "rule_sha256": hashlib.sha256(CHIP_RULE.encode()).hexdigest()[:16],
         "settings": dict(DEFAULTS),
         "fit_sources": list(FIT_SOURCES),
+        "scheduler": "each run's engine (engine_map)",  # was: transformers' FIFO for every run
     }
 
 
@@ -448,6 +453,8 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
             return stored
     if not compute:
         return None
+    from explorer.serving.simulate.published_report import report
+
     data = load()
     rows = compare_all(data["points"], progress=progress)
     out = {
@@ -458,6 +465,7 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
         "held_out_sources": sorted({p["source"] for p in data["points"]} - set(FIT_SOURCES)),
         "settings": {k: key["settings"][k] for k in SHOWN_SETTINGS},
         "sources": data["sources"],
+        "report": report(rows, data["points"]),
     }
     if save:
         STORED.write_text(json.dumps(out, indent=1) + "\n")

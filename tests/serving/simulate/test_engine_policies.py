@@ -107,13 +107,15 @@ class Steps:
 
 
 def test_multi_step_scheduling_lands_tokens_in_bursts_of_n():
-    reqs = [SimRequest("a", 8, 7, 0.0)]
+    reqs = [SimRequest("a", 8, 8, 0.0), SimRequest("b", 8, 4, 2e-3)]
     Simulator(make("vllm-v0", num_scheduler_steps=3), None, Steps()).run(reqs)
-    times = reqs[0].token_s
-    assert len(times) == 7 and len(set(times)) == 3  # 3 + 3 + 1 tokens
-    assert times[0] == times[2] < times[3] == times[5] < times[6]
-    # the first burst waited for the prefill and two decode steps
-    assert times[0] == pytest.approx(3e-3 + 1e-6 * (8 + 1 + 1))
+    a, b = reqs[0].token_s, reqs[1].token_s
+    assert a[0] == pytest.approx(1e-3 + 8e-6)  # the prefill: one step, its token at once
+    assert len(a) == 8 and a[1] == a[3] < a[4] == a[6] < a[7]  # then bursts of 3, 3 and 1
+    assert a[1] == pytest.approx(a[0] + 3 * (1e-3 + 1e-6))  # a burst: 3 one-token steps
+    # b arrived during a's first burst: its prefill waited for the burst's last step
+    assert b[0] == pytest.approx(a[3] + 1e-3 + 8e-6) and len(b) == 4
+    assert b[1:] == a[4:7] == [pytest.approx(b[0] + 3 * (1e-3 + 2e-6))] * 3  # decoding together
 
 
 # --- SGLang -------------------------------------------------------------------------------------
@@ -181,7 +183,12 @@ def test_every_published_run_maps_to_the_policy_of_its_engine_and_version():
         expect = "trtllm" if p["engine"].startswith("TensorRT-LLM") else want[p["engine"]]
         assert policy_of(p["engine"]) == expect, p["id"]
         policy, knobs, _ = run_setup(p)
-        assert knobs == ({"num_scheduler_steps": 10} if policy == "vllm-v0" else {}), p["id"]
+        if policy == "vllm-v0":
+            assert knobs == {"num_scheduler_steps": 10}, p["id"]
+        elif policy == "trtllm" and p["workload"]["input_len"] > 8192:  # 20,000-token contexts
+            assert knobs == {"enable_chunked_prefill": True}, p["id"]
+        else:
+            assert knobs == {}, p["id"]
 
 
 @pytest.mark.parametrize(
