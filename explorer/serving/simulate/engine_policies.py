@@ -93,6 +93,18 @@ def fit_running(sim, page: int, free: int, budget: int, limit: int | None = None
     return rows, preempted, free, budget
 
 
+def check_fits(requests, blocks: int, page: int, engine: str) -> None:
+    """Refuse a request whose prompt and output could never be in the KV cache at once (vLLM
+    refuses such a max_model_len at start-up; here the run would preempt itself forever)."""
+    for r in requests:
+        need = math.ceil((len(r.prompt_ids) + r.max_tokens) / page)
+        if need > blocks:
+            raise ValueError(
+                f"request {r.id} needs {need:,} KV blocks of {page} tokens, more than the "
+                f"{engine} cache's {blocks:,}"
+            )
+
+
 def paper_blocks(plan: dict, page: int) -> int:
     """KV blocks of `page` tokens the memory plan's KV token slots hold."""
     return max(1, plan["kv_tokens"] // page)
@@ -122,6 +134,9 @@ class VllmPolicy(Policy):
     @property
     def kv_blocks_total(self) -> int:
         return self.knobs.num_gpu_blocks
+
+    def check(self, requests) -> None:
+        check_fits(requests, self.knobs.num_gpu_blocks, self.knobs.block_size, "vllm")
 
     @classmethod
     def paper_knobs(cls, plan: dict, given: dict) -> dict:
@@ -225,6 +240,7 @@ class VllmV0Policy(Policy):
 
     def check(self, requests) -> None:
         k = self.knobs
+        check_fits(requests, k.num_gpu_blocks, k.block_size, "vllm-v0")
         for r in requests:
             if len(r.prompt_ids) > k.max_num_batched_tokens:
                 raise ValueError(

@@ -215,3 +215,64 @@ def test_cli_names_the_engines_it_models_for_an_unknown_one(capsys):
     assert err.endswith("continuous, vllm, vllm-v0, sglang, trtllm") and "\n" not in err
     assert main(["simulate", "--engine", "sglang"]) == 2
     assert "give --hardware" in capsys.readouterr().err
+
+
+# --- the report per source, engine and chip ------------------------------------------------------
+
+
+def test_the_report_groups_errors_with_coverage_and_the_spread_of_repeated_runs():
+    from explorer.serving.simulate.published_report import matching_row, report, report_text
+
+    def row(pid, metric, err, **kw):
+        base = {"id": pid, "source": "S1", "engine": "vLLM 0.6.0", "chip": "4x h100",
+                "policy": "vllm-v0", "split": "held out", "metric": metric, "error_pct": err}  # fmt: skip
+        return {**base, **kw}
+
+    rows = [
+        row("a", "median_ttft_ms", -10.0),
+        row("b", "median_ttft_ms", 30.0),
+        row("a", "median_tpot_ms", 4.0),
+        row("c", "output_throughput", None, unsupported="does not fit"),
+        row("d", "output_throughput", 20.0, source="S7", engine="TRT 1.0", policy="trtllm"),
+    ]
+    points = [{"id": "a", "measured": {"median_ttft_ms": 100.0},
+               "repeats": [{"median_ttft_ms": 110.0}, {"median_ttft_ms": 90.0}]}]  # fmt: skip
+    rep = report(rows, points)
+    (s1, s7) = rep["source"]
+    assert (s1["points"], s1["run"], s1["unsupported"]) == (3, 2, 1)
+    assert s1["why_unsupported"] == ["does not fit"]
+    assert s1["median_abs_error_pct"]["median_ttft_ms"] == 20.0 and s1["n"]["median_ttft_ms"] == 2
+    assert s1["spread_pct"]["median_ttft_ms"] == pytest.approx(20.0)  # (110 - 90) / 100
+    assert s7["median_abs_error_pct"]["output_throughput"] == 20.0
+    assert matching_row(rep, "vllm-v0", "h100")["points"] == 3
+    assert matching_row(rep, "sglang", "h100") is None
+    text = report_text(rep)
+    assert "per policy and chip:" in text and "unsupported: does not fit" in text
+    assert "spread TTFT p50 20%" in text  # the spread, where a source repeated its runs
+
+
+def test_the_capacity_search_sets_up_each_served_engine_from_the_chips_memory_plan():
+    from explorer.model.loader import arch_info
+    from explorer.serving.simulate.capacity import Setup
+
+    info = arch_info("arch:llama-3.1-8b", "bfloat16")
+    plain = Setup(info, "h100", 1, 512, 128)
+    for engine, kv in (("vllm", "num_gpu_blocks"), ("sglang", "max_total_tokens"),
+                       ("trtllm", "num_kv_blocks")):  # fmt: skip
+        setup = Setup(info, "h100", 1, 512, 128, engine=engine)
+        assert setup.engine == engine and setup.knobs[kv] > 0 and setup.capacity > 0
+    sglang = Setup(info, "h100", 1, 512, 128, engine="sglang")
+    assert sglang.knobs["max_total_tokens"] == plain.extra["memory"]["kv_tokens"]
+    a100 = Setup(info, "a100", 1, 512, 128, engine="vllm").knobs  # vLLM's smaller-GPU defaults
+    assert (a100["max_num_batched_tokens"], a100["max_num_seqs"]) == (2048, 256)
+
+
+def test_a_request_the_kv_cache_can_never_hold_is_refused_before_the_run():
+    from explorer.serving.workload import Request
+
+    big = [Request("r0", [1] * 60, 8, 0.0)]  # 68 tokens: 5 blocks of 16
+    for engine, knobs in (("vllm", {"num_gpu_blocks": 4}), ("vllm-v0", {"num_gpu_blocks": 4}),
+                          ("trtllm", {"num_kv_blocks": 2}), ("sglang", {"max_total_tokens": 64})):  # fmt: skip
+        with pytest.raises(ValueError, match="request r0") as err:
+            make(engine, **knobs).check(big)
+        assert "\n" not in str(err.value)
