@@ -74,7 +74,8 @@ class CapacityTab(Tab):
     about = (
         "How many GPUs do I need? A serving simulator on paper: the chip table's bandwidth and "
         "FLOP/s x an efficiency, the KV memory limit, tensor parallelism with its all-reduces, "
-        "transformers' continuous-batching policy; a mixture of experts reads the experts each "
+        "the scheduler picked (transformers' continuous batching, or vLLM V1 / V0, SGLang, "
+        "TensorRT-LLM as their sources schedule); a mixture of experts reads the experts each "
         "iteration's tokens touch. Each point is one request rate: read across to "
         "its throughput, up to its p99 latency; filled points meet the SLOs. Everything here is "
         "<b>modelled</b>; <code>explorer simulate --validate</code> shows the simulator's error "

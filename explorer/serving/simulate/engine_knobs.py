@@ -8,7 +8,8 @@ Defaults, and where they come from:
               serve` on a GPU of >= 70 GiB whose name is not A100 (H100, H200, MI300X): 8,192
               batched tokens and 1,024 sequences; on an A100 or a smaller GPU: 2,048 and 256 (the
               offline LLM class: 16,384 / 1,024 and 8,192 / 256). The declared default is the
-              H100 server's; on a chip, `vllm_defaults(chip)` applies the rule. Block size 16.
+              H100 server's; on a chip, `vllm_defaults(chip)` applies the rule. Block size 16;
+              prefix caching on (V1's default).
     vllm-v0   vLLM 0.6 (V0), vllm/config.py SchedulerConfig: without chunked prefill the token
               budget is max(max_model_len, 2048) (2,048 declared; S1 ran max_model_len 4096),
               256 sequences, --num-scheduler-steps 1 (S1 ran 10), block size 16.
@@ -48,6 +49,11 @@ class VllmKnobs(Knobs):
     block_size: int = setting(16, "block size", "tokens per KV block", low=1, high=4096)
     enable_chunked_prefill: bool = setting(
         True, "chunked prefill", "split a prompt to fit the step's remaining token budget"
+    )
+    enable_prefix_caching: bool = setting(
+        True,
+        "prefix caching",
+        "freed blocks stay cached: a preempted request finds its computed blocks again",
     )
 
 

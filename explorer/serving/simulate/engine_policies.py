@@ -34,10 +34,13 @@ from explorer.serving.simulate.rates import mixed_rate, split_rate
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang's schedule_policy.py: new tokens reserved per request at most
 
 
-def reset(req: SimRequest) -> None:
-    """Preempted by recompute: its blocks freed, its prompt and the tokens it had recomputed."""
-    req.prefill_left = req.input_len + len(req.token_s)
-    req.cached = req.blocks = 0
+def reset(req: SimRequest, keep_page: int = 0) -> None:
+    """Preempted by recompute: its blocks freed, its prompt and the tokens it had recomputed
+    (keep_page: with a prefix cache of blocks of that many tokens, its full blocks stay cached
+    when freed and are found again when it is rescheduled: only the rest is recomputed)."""
+    kept = (req.cached // keep_page) * keep_page if keep_page else 0
+    req.prefill_left = req.input_len + len(req.token_s) - kept
+    req.cached, req.blocks = kept, 0
     req.preemptions += 1
 
 
@@ -66,11 +69,12 @@ def used_blocks(sim) -> int:
     return sum(r.blocks for r in sim.running)
 
 
-def fit_running(sim, page: int, free: int, budget: int, limit: int | None = None):
+def fit_running(sim, page: int, free: int, budget: int, limit: int | None = None, keep=0):
     """vLLM V1's first loop (and TensorRT-LLM's max_utilization): the running requests in order
     (decodes and partial prefills; a prefill chunked to the budget left), each taking the blocks
-    its tokens need; when blocks run out the newest running request is preempted (recompute)
-    until the request fits or is itself the newest. (rows, preempted, free, budget)."""
+    its tokens need; when blocks run out the newest running request is preempted (recompute;
+    keep: its full blocks found again in the prefix cache, reset()) until the request fits or
+    is itself the newest. (rows, preempted, free, budget)."""
     rows, preempted, running, i = [], [], sim.running, 0
     while i < len(running) and budget > 0 and (limit is None or len(rows) < limit):
         req = running[i]
@@ -79,12 +83,12 @@ def fit_running(sim, page: int, free: int, budget: int, limit: int | None = None
         while need > free and running[-1] is not req:
             victim = running.pop()
             free += victim.blocks
-            reset(victim)
+            reset(victim, keep)
             preempted.append(victim)
         if need > free:  # the request is the newest itself: preempted
             running.pop()
             free += req.blocks
-            reset(req)
+            reset(req, keep)
             preempted.append(req)
             break
         free -= take(rows, req, q, need)
@@ -120,8 +124,12 @@ class VllmPolicy(Policy):
     (enable_chunked_prefill); a waiting request that gets no blocks stops admission (the head of
     the queue blocks it). When a running request needs a block and none is free, the newest
     running request is preempted by recompute (its blocks freed, back at the front of the
-    waiting queue) and no waiting request is admitted in that step. Not modelled: prefix
-    caching, long_prefill_token_threshold, async scheduling, priorities."""
+    waiting queue) and no waiting request is admitted in that step. With prefix caching on
+    (V1's default; vllm/v1/core/kv_cache_manager.py, block_pool.py), freed blocks stay cached,
+    so a preempted request finds its full computed blocks again when rescheduled and recomputes
+    only the rest: the stated simplification is that they are never evicted in between (and
+    that prompts share no prefix with each other, as the published runs' prompts do not).
+    Not modelled: long_prefill_token_threshold, async scheduling, priorities."""
 
     Knobs = VllmKnobs
     order = 40
@@ -150,8 +158,8 @@ class VllmPolicy(Policy):
     def plan(self, sim) -> Plan | None:
         k = self.knobs
         free = k.num_gpu_blocks - used_blocks(sim)
-        budget = k.max_num_batched_tokens
-        rows, preempted, free, budget = fit_running(sim, k.block_size, free, budget)
+        budget, keep = k.max_num_batched_tokens, k.block_size if k.enable_prefix_caching else 0
+        rows, preempted, free, budget = fit_running(sim, k.block_size, free, budget, keep=keep)
         requeue_front(sim, preempted)
         if not preempted:
             admit(sim, self.admit_waiting(sim, rows, free, budget))

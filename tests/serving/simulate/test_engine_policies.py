@@ -80,11 +80,16 @@ def test_vllm_preempts_the_newest_running_request_by_recompute_and_admits_no_one
     # d1 needs a new block for its next token (32 cached = 2 full blocks); none is free
     old, new = decoding("d1", prompt=30, tokens=3), decoding("d2", prompt=14, tokens=2)
     sim = State([old, new], [waiting("w1", 4)])
-    pol = make("vllm", num_gpu_blocks=old.blocks + new.blocks, block_size=16)
+    pol = make("vllm", num_gpu_blocks=old.blocks + new.blocks, enable_prefix_caching=False)
     plan = pol.plan(sim)
     assert rows_of(plan) == [("d1", 1)] and plan.preempted == 1
     assert [r.id for r in sim.waiting] == ["d2", "w1"]  # back at the front, none admitted
     assert new.blocks == 0 and new.prefill_left == 14 + 2 and new.preemptions == 1
+    # with prefix caching (the default) its full blocks are found again: 16 of its 17 tokens
+    old, new = decoding("d1", prompt=30, tokens=3), decoding("d2", prompt=16, tokens=2)
+    sim = State([old, new], [])
+    make("vllm", num_gpu_blocks=old.blocks + new.blocks).plan(sim)
+    assert (new.cached, new.prefill_left, new.blocks) == (16, 16 + 2 - 16, 0)
 
 
 # --- vLLM V0 with multi-step scheduling ---------------------------------------------------------
