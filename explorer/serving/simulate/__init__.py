@@ -14,7 +14,8 @@ profile (the profiling runs through the real engine, the cache file), validate (
 simulated per metric), whatif (a known chip and tensor parallelism on paper: memory,
 whatif_settings), capacity (the largest rate meeting SLOs), saturation (the steadiness verdict's
 calibration), run (simulate(): a workload through a policy to a modelled ServingResult),
-published (the what-if against published GPU serving runs), operators and operators_report (the
+published (the what-if against published GPU serving runs) and published_report (its errors per
+source, engine, chip and scheduler, with coverage), operators and operators_report (the
 chip rule per operator against Vidur's measured GPU operator times, and its report).
 """
 
