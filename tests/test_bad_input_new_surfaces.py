@@ -54,6 +54,8 @@ CAPACITY = ["simulate", "--capacity", "--goodput", "ttft:500", "--hardware", "h1
         (["--burstiness", "2"], "--capacity does not use --burstiness"),
         (["--measured", "x.json"], "--capacity does not use --measured"),
         (["--max-batch-tokens", "64"], "--capacity does not use --max-batch-tokens"),
+        (["--max-num-seqs", "64"], "--capacity does not use --max-num-seqs"),
+        (["--engine", "nope"], "the simulator has no policy for engine 'nope'; it models sequential"),
         (["--dtype", "bogus"], "unknown dtype 'bogus'"),
         (["--gpu-hour-usd", "nan"], "--gpu-hour-usd must be a number > 0"),
         (["--gpu-hour-usd", "inf"], "--gpu-hour-usd must be a number > 0"),

@@ -32,17 +32,17 @@ MIN_CHECK = 500  # requests per seed below which a check run says little about a
 
 def check_capacity_flags(args) -> None:
     """ValueError naming the first flag --capacity would ignore, or a --num-prompts past its bound."""
-    from explorer.serving.engines import knob_table, names
     from explorer.serving.simulate.capacity import MAX_PROMPTS
+    from explorer.serving.simulate.policy import knob_table, modelled
 
     for dest, (flag, default) in UNUSED.items():
         if getattr(args, dest, default) != default:
             raise ValueError(f"--capacity does not use {flag}: {WHY}; drop {flag}")
-    for knob, (spec, _, _) in knob_table(names()).items():
+    for knob, (spec, _, _) in knob_table(modelled()).items():
         if getattr(args, knob, None) is not None:
             flag = spec.cli or "--" + knob.replace("_", "-")
             raise ValueError(
-                f"--capacity does not use {flag}: the search runs the continuous engine with the "
+                f"--capacity does not use {flag}: the search runs --engine's scheduler with the "
                 "knobs the chip's memory plan sets; drop it"
             )
     check = getattr(args, "check_prompts", None)

@@ -54,11 +54,12 @@ def add_bench_serving(bench) -> None:
     p.set_defaults(func=run)
 
 
-def add_knob_flags(p, names: tuple[str, ...]) -> None:
-    """One flag per knob of these engines, from the Knobs declarations (unset: the default)."""
+def add_knob_flags(p, names: tuple[str, ...], table: dict | None = None) -> None:
+    """One flag per knob of these engines, from the Knobs declarations (unset: the default;
+    table: another knob table, such as the simulator policies' own)."""
     from explorer.serving.engines import knob_table
 
-    for knob, (spec, default, takers) in knob_table(names).items():
+    for knob, (spec, default, takers) in (table or knob_table(names)).items():
         flag = spec.cli or "--" + knob.replace("_", "-")
         what = f"{', '.join(takers)} engine: {spec.help} (default {default})"
         if spec.kind is bool:
@@ -78,11 +79,11 @@ def engine_knobs(args, engine: str):
     return engines.knobs_of(engine, knobs_of(args, engine))[0]
 
 
-def check_unused_knob_flags(args, running: tuple[str, ...]) -> None:
+def check_unused_knob_flags(args, running: tuple[str, ...], table: dict | None = None) -> None:
     """ValueError for a knob flag that no engine of this run takes (it would change nothing)."""
     from explorer.serving.engines import knob_table, names
 
-    for knob, (spec, _, takers) in knob_table(names()).items():
+    for knob, (spec, _, takers) in (table or knob_table(names())).items():
         if getattr(args, knob, None) is not None and not set(takers) & set(running):
             flag = spec.cli or "--" + knob.replace("_", "-")
             raise ValueError(
@@ -93,9 +94,9 @@ def check_unused_knob_flags(args, running: tuple[str, ...]) -> None:
 
 def knobs_of(args, engine: str) -> dict:
     """The knobs of `engine` set by flags (the rest keep the declaration's defaults)."""
-    from explorer.serving import engines
+    from explorer.serving.simulate.policy import knobs_class
 
-    names = engines.get(engine).Knobs.specs()
+    names = knobs_class(engine).specs()  # a served engine's policy declares its own
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
 
 

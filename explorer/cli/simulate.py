@@ -31,11 +31,16 @@ def add(sub) -> None:
 
 def add_simulate(sub, name: str) -> None:
     from explorer.cli.serving import add_knob_flags, add_workload_flags
-    from explorer.serving.simulate.policy import modelled
+    from explorer.serving.simulate.policy import knob_table, modelled
 
     p = sub.add_parser(name, help="predict TTFT, TPOT and throughput before you buy (modelled)")
     p.add_argument("--model", default=None, help="bundled:target (default), arch:llama-3.1-8b, ...")
-    p.add_argument("--engine", choices=modelled(), default="continuous")
+    p.add_argument(
+        "--engine",
+        default="continuous",
+        help=f"the scheduler: {', '.join(modelled())} (vllm, vllm-v0, sglang, trtllm: the "
+        "served engines' own, with --hardware)",
+    )
     p.add_argument("--hardware", default=None, help=f"a known chip: {', '.join(_chips())}")
     _add_gpu_flags(p)
     p.add_argument(
@@ -57,7 +62,7 @@ def add_simulate(sub, name: str) -> None:
     p.add_argument(
         "--goodput", nargs="+", default=None, metavar="SLO", help="e.g. ttft:500 tpot:50"
     )
-    add_knob_flags(p, modelled())
+    add_knob_flags(p, modelled(), knob_table(modelled()))
     p.add_argument(
         "--capacity",
         action="store_true",
@@ -135,6 +140,14 @@ def _add_gpu_flags(p) -> None:
     )
 
 
+def _lab_engines() -> list[str]:
+    """The simulated engines that also run on this machine (their step model fitted here)."""
+    from explorer.serving import engines
+    from explorer.serving.simulate.policy import modelled
+
+    return [n for n in modelled() if n in engines.ENGINES]
+
+
 def _chips() -> list[str]:
     from explorer.costs.hardware import KNOWN_CHIPS
 
@@ -142,6 +155,9 @@ def _chips() -> list[str]:
 
 
 def run(args) -> int:
+    from explorer.serving.simulate.policy import policy_class
+
+    policy_class(args.engine)  # one line listing the engines it models
     if args.validate:
         return _validate(args)
     if args.published:
@@ -156,7 +172,9 @@ def run(args) -> int:
 
     goodput = parse_goodput(args.goodput)
     workload = workload_of(args)
-    check_unused_knob_flags(args, (args.engine,))
+    from explorer.serving.simulate.policy import knob_table, modelled
+
+    check_unused_knob_flags(args, (args.engine,), knob_table(modelled()))
     info, model, knobs, lm = _step_model(args)
     knobs = {**knobs, **knobs_of(args, args.engine)}  # a knob's flag overrides the chip's plan
     requests = workload.requests(lm) if lm is not None else None
@@ -244,6 +262,7 @@ def _capacity(args) -> int:
         slos=slos,
         num_prompts=max(args.num_prompts, 200),
         **({"check_prompts": args.check_prompts} if args.check_prompts else {}),
+        engine=args.engine,
         **_overrides(args),
         **_precision(args),
     )
@@ -296,10 +315,9 @@ def _step_model(args):
     from explorer.model.loader import arch_info, load
 
     if args.hardware:
+        from explorer.serving.simulate.engine_policies import chip_knobs
         from explorer.serving.simulate.whatif import chip_model
 
-        if args.engine != "continuous":
-            raise ValueError("--hardware models a continuous-batching server (vLLM-like) only")
         name = args.model or "arch:llama-3.1-8b"
         dtype = _precision(args)["dtype"]
         built = "bfloat16" if dtype == "fp8" else dtype  # fp8: the what-if sets the bytes
@@ -307,7 +325,13 @@ def _step_model(args):
         model, paper = chip_model(
             info, args.hardware, args.tp, dtype=dtype, kv_dtype=args.kv_dtype, **_overrides(args)
         )
-        return info, model, paper["knobs"], None
+        return info, model, chip_knobs(args.engine, paper, args.hardware), None
+    if args.engine not in _lab_engines():
+        raise ValueError(
+            f"--engine {args.engine} is a served engine's scheduler: give --hardware (a known "
+            "chip, e.g. h100); on this machine the simulator models "
+            f"{', '.join(_lab_engines())}"
+        )
     if args.tp != 1:
         raise ValueError("--tp needs --hardware (this machine is one device)")
     if args.kv_dtype:
@@ -378,21 +402,25 @@ def _published(args) -> int:
     if args.json:
         print_json(s)
         return 0
+    from explorer.serving.simulate.published_report import report_text
+
     _print_published_rows(s["rows"])
     print()
     print(published.summary_text(s))
+    print()
+    print(report_text(s["report"]))
     print(f"what-if settings: {s['settings']}")
     return 0
 
 
 def _print_published_rows(rows: list[dict]) -> None:
     print(
-        f"{'run':<34}{'split':<9}{'chip':<10}{'metric':<19}{'measured':>10}{'simulated':>11}"
-        f"{'error':>9}"
+        f"{'run':<34}{'split':<9}{'chip':<10}{'policy':<9}{'metric':<19}{'measured':>10}"
+        f"{'simulated':>11}{'error':>9}"
     )
     for r in rows:
         err, s = pct(r["error_pct"], "+.1f"), number(r["simulated"], ".4g")
         print(
-            f"{r['id'][:33]:<34}{r['split']:<9}{r['chip']:<10}{r['metric']:<19}"
-            f"{r['measured']:>10.4g}{s:>11}{err:>9}"
+            f"{r['id'][:33]:<34}{r['split']:<9}{r['chip']:<10}{r.get('policy', '?'):<9}"
+            f"{r['metric']:<19}{r['measured']:>10.4g}{s:>11}{err:>9}"
         )

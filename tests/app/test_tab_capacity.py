@@ -6,6 +6,7 @@ Without a browser: set `.value`, click(), and check the Session and the figures'
 from __future__ import annotations
 
 import html
+import re
 
 from app_helpers import message
 
@@ -78,3 +79,13 @@ def test_capacity_tab_compares_with_a_measured_result(dash, tmp_path):
         "missing.json" in html.unescape(message(dash))
         and table == dash.parts["cap-comparison"].value
     )
+
+
+def test_capacity_tab_shows_the_published_row_of_its_scheduler_and_chip():
+    from explorer.app.tabs.capacity import _engines, _published_html
+
+    assert _engines() == ["continuous", "vllm", "vllm-v0", "sglang", "trtllm"]
+    shown = re.sub("<[^>]+>", "", html.unescape(_published_html("vllm", "h100")))  # no replay
+    assert "published runs of vllm on h100" in shown and "median |error| throughput" in shown
+    none = html.unescape(_published_html("continuous", "h100"))
+    assert "no published run used the continuous scheduler on h100" in none

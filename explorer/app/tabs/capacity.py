@@ -58,6 +58,13 @@ def check_prompts() -> int:
     return CHECK_PROMPTS
 
 
+def _engines() -> list[str]:
+    """The schedulers the what-if runs on a chip (the lab's continuous, the served engines')."""
+    from explorer.serving.simulate.policy import POLICIES, modelled
+
+    return [n for n in modelled() if POLICIES.get(n).on_paper]
+
+
 def _shapes() -> list[str]:
     from explorer.model.loader import available_models
 
@@ -76,6 +83,7 @@ def build() -> tuple[W.Widget, dict]:
     box(W.Dropdown, "model", default, "model shape", "280px", options=shapes)
     box(W.Dropdown, "chip", "h100", "chip", options=_chips())
     box(W.IntText, "gpus", 1, "GPUs (TP)")
+    box(W.Dropdown, "engine", "continuous", "scheduler", options=_engines())
     parts["cap-replicas"] = control(deployment_specs()["replicas"], 1, "cap-replicas")
     check = box(W.IntText, "check", check_prompts(), "requests / seed")
     check.tooltip = (
@@ -99,7 +107,7 @@ def build() -> tuple[W.Widget, dict]:
     rows = (
         ("model", "chip", "gpus", "replicas", "dtype"),
         ("input", "output", "slos", "price", "check"),
-        ("bw-eff", "flop-eff", "ep", "run"),
+        ("engine", "bw-eff", "flop-eff", "ep", "run"),
     )
     widget = W.VBox(
         [W.HBox([parts[f"cap-{n}"] for n in row]) for row in rows]
@@ -144,7 +152,8 @@ class CapacityTab(Tab):
     about = (
         "How many GPUs do I need? A serving simulator on paper: the chip table's bandwidth and "
         "FLOP/s x an efficiency, the KV memory limit, tensor parallelism with its all-reduces, "
-        "transformers' continuous-batching policy; a mixture of experts reads the experts each "
+        "the scheduler picked (transformers' continuous batching, or vLLM V1 / V0, SGLang, "
+        "TensorRT-LLM as their sources schedule); a mixture of experts reads the experts each "
         "iteration's tokens touch. Each point is one request rate: read across to "
         "its throughput, up to its p99 latency; filled points meet the SLOs. Everything here is "
         "<b>modelled</b>; <code>explorer simulate --validate</code> shows the simulator's error "
@@ -251,6 +260,7 @@ class CapacityTab(Tab):
             flop_efficiency=self.value("flop-eff"),
             dtype=self.value("dtype"),
             expert_parallel=self.value("ep"),
+            engine=self.value("engine"),
         )
         rows = curve(info, self.value("chip"), **setup)
         best = (
@@ -265,7 +275,8 @@ class CapacityTab(Tab):
         items = "".join(f"<li>{html.escape(a)}</li>" for a in rows[0]["assumptions"])
         self.parts["cap-answer"].value = (
             f"<div>{verdict} (modelled)</div><details><summary>assumptions</summary>"
-            f"<ul style='font-size:11px'>{items}</ul></details>{_published_html()}"
+            f"<ul style='font-size:11px'>{items}</ul></details>"
+            f"{_published_html(self.value('engine'), self.value('chip'))}"
         )
         self.dash.guard.say(f"Capacity curve: {len(rows)} simulated rates (modelled).", "ok")
 
@@ -300,21 +311,40 @@ class CapacityTab(Tab):
         return verdict
 
 
-def _published_html() -> str:
-    """How far the what-if was from published GPU runs (the stored comparison), as a table."""
+def _published_html(engine: str = "continuous", chip: str = "h100") -> str:
+    """How far the what-if was from published GPU runs (the stored comparison): the row of the
+    report for this scheduler on this chip (published_report.matching_row), then the table."""
     from explorer.serving.simulate.published import validation_summary
+    from explorer.serving.simulate.published_report import REPORTED, matching_row
 
     s = validation_summary(compute=False)
     if s is None:
         return "<div>no stored comparison with published runs</div>"
+    row = matching_row(s.get("report") or {}, engine, chip)
+    if row is None:
+        match = (
+            f"<div>no published run used the {html.escape(engine)} scheduler on "
+            f"{html.escape(chip)}: the errors below are over other engines and chips</div>"
+        )
+    else:
+        errs = ", ".join(
+            f"{h} {pct(row['median_abs_error_pct'][m])} ({row['n'][m]})"
+            for m, h in REPORTED.items()
+            if row["n"][m]
+        )
+        match = (
+            f"<div class='ie-cap-match'>published runs of <b>{html.escape(engine)} on "
+            f"{html.escape(chip)}</b> ({row['split']}; {row['run']} run, {row['unsupported']} "
+            f"unsupported): median |error| {errs}</div>"
+        )
     cells = "".join(
         f"<tr><td>{x['metric']}</td><td>{pct(x['fitted'])} ({x['n_fitted']})</td>"
         f"<td>{pct(x['held_out'])} ({x['n_held_out']})</td></tr>"
         for x in s["summary"]
     )
     return (
-        f"<details><summary>how far this model was from published GPU runs (median |error|; "
-        f"fitted on {', '.join(s['fit_sources'])}, held out "
+        f"{match}<details><summary>how far this model was from published GPU runs (median "
+        f"|error|; fitted on {', '.join(s['fit_sources'])}, held out "
         f"{', '.join(s['held_out_sources'])})</summary><table style='font-size:11px'><tr>"
         f"<th>metric</th><th>fitted (runs)</th><th>held out (runs)</th></tr>{cells}</table>"
         f"</details>"

@@ -7,17 +7,21 @@
 Rooms: work (one iteration's bytes and FLOPs at a precision and TP: the one function every
 machine and the capacity verdict read), steptime (the fitted machine: seconds and what limits
 each step), chip (the chip machine on paper), policy (each engine's scheduler, one function per
-decision), events (the discrete-event loop on a heap), replicas (copies behind a load balancer),
+decision), engine_knobs and engine_policies (the schedulers of vLLM V1 and V0, SGLang and
+TensorRT-LLM, from their own knobs), engine_map (a published run's engine and version -> its
+policy), rates (each policy's analytic capacity), events (the discrete-event loop on a heap), replicas (copies behind a load balancer),
 profile (the profiling runs through the real engine, the cache file), validate (measured vs
 simulated per metric), whatif (a known chip and tensor parallelism on paper: memory,
 whatif_settings), capacity (the largest rate meeting SLOs), saturation (the steadiness verdict's
 calibration), run (simulate(): a workload through a policy to a modelled ServingResult),
-published (the what-if against published GPU serving runs), operators and operators_report (the
+published (the what-if against published GPU serving runs) and published_report (its errors per
+source, engine, chip and scheduler, with coverage), operators and operators_report (the
 chip rule per operator against Vidur's measured GPU operator times, and its report).
 """
 
 from __future__ import annotations
 
+from explorer.serving.simulate import engine_policies  # noqa: F401  (registers vllm, sglang, ...)
 from explorer.serving.simulate.profile import ProfileError, profile
 from explorer.serving.simulate.run import simulate
 from explorer.serving.simulate.steptime import STEP_RULE, StepModel, iteration_work

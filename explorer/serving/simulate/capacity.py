@@ -40,6 +40,7 @@ import math
 import random
 
 from explorer.costs.parts import shape_of
+from explorer.serving.simulate.engine_policies import chip_knobs
 from explorer.serving.simulate.policy import SAFETY_MARGIN
 from explorer.serving.simulate.run import saturation_rate, simulate
 from explorer.serving.simulate.whatif import chip_model
@@ -85,7 +86,9 @@ UTILIZATIONS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25)  # the curve's rates / 
 
 class Setup:
     """A model shape on `replicas` x `tp` x `chip` (the on-paper step model and the KV blocks it
-    implies; the modelled capacity is the replicas' together)."""
+    implies; the modelled capacity is the replicas' together), scheduled by the policy of
+    overrides' `engine` (default continuous; vllm, vllm-v0, sglang, trtllm: their own knobs on
+    the chip, engine_policies.chip_knobs)."""
 
     def __init__(
         self,
@@ -99,9 +102,10 @@ class Setup:
     ):
         check_replicas(replicas)
         self.info, self.tp, self.replicas, self.lens = info, tp, replicas, (input_len, output_len)
+        self.engine = overrides.pop("engine", "continuous")  # the scheduler's policy
         self.model, self.extra = chip_model(info, chip, tp, **overrides)
-        self.knobs = self.extra["knobs"]
-        one = saturation_rate(info, self.model, "continuous", self.knobs, input_len, output_len)
+        self.knobs = chip_knobs(self.engine, self.extra, chip)
+        one = saturation_rate(info, self.model, self.engine, self.knobs, input_len, output_len)
         self.capacity = replicas * one
 
     def run(self, rate: float, n: int, slos: dict, seed: int = 1) -> dict:
@@ -124,7 +128,7 @@ class Setup:
         return simulate(
             self.info,
             wl,
-            "continuous",
+            self.engine,
             self.model,
             goodput=slos or None,
             requests=reqs,

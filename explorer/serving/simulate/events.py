@@ -94,7 +94,8 @@ class Simulator:
         plan = self.plan()
         if plan is None or not plan.rows:
             return
-        seconds = self.model.seconds(self.shape, plan.passes) + self.model.gap_s
+        steps = [plan.passes, *plan.more]  # more: multi-step scheduling's further steps
+        seconds = sum(self.model.seconds(self.shape, p) + self.model.gap_s for p in steps)
         self.busy = True
         for req, _ in plan.rows:
             if req.start_s is None:
@@ -119,7 +120,9 @@ class Simulator:
             req.cached += q
             req.prefill_left = max(0, req.prefill_left - q)
             if req.prefill_left == 0:
-                req.token_s.append(end)
+                burst = 1 + min(len(plan.more), req.max_tokens - len(req.token_s) - 1)
+                req.token_s.extend([end] * burst)
+                req.cached += burst - 1
                 if req.done:
                     req.end_s = end
                     self.leave(req)

@@ -22,13 +22,16 @@ measures:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from explorer._registry import Registry
+from explorer.costs.parts import shape_of
 from explorer.serving import engines
 from explorer.serving.engines.continuous import ContinuousKnobs, check_kv_budget
 from explorer.serving.metrics import RequestRecord
+from explorer.serving.simulate.rates import batch_rate, mixed_rate
+from explorer.serving.simulate.steptime import one_at_a_time_rate
 
 SAFETY_MARGIN = 0.15  # transformers' FIFOScheduler: free-block fraction under which prefills wait
 
@@ -65,6 +68,10 @@ class Plan:
     rows: list[tuple[SimRequest, int]]
     passes: list[list[int]]
     preempted: int = 0
+    # multi-step scheduling (vLLM V0's --num-scheduler-steps): the passes of the steps after the
+    # first; every row whose prompt is done gets up to 1 + len(more) tokens, all landing when the
+    # last step ends (the client sees them in one burst)
+    more: list[list[list[int]]] = field(default_factory=list)
 
     @classmethod
     def of(cls, rows: list[tuple[SimRequest, int]], preempted: int = 0) -> Plan:
@@ -166,12 +173,13 @@ def preempt(starved: list[SimRequest], running: list[SimRequest]) -> list[SimReq
 POLICIES: Registry[type[Policy]] = Registry(
     "simulator policy",
     "simulator policies",
-    order=lambda cls: getattr(engines.ENGINES.entries.get(cls.engine), "order", 1000),
+    order=lambda cls: getattr(engines.ENGINES.entries.get(cls.engine), "order", cls.order),
 )
 
 
 def policy(engine: str):
-    """Class decorator: the simulator's policy for the registered engine `engine`."""
+    """Class decorator: the simulator's policy for the engine `engine` (a lab engine registered
+    in explorer.serving.engines, or a served engine whose Knobs the policy declares itself)."""
 
     def wrap(cls):
         cls.engine = engine
@@ -185,23 +193,80 @@ def modelled() -> tuple[str, ...]:
     return tuple(POLICIES.names())
 
 
+def policy_class(engine: str) -> type[Policy]:
+    """The policy class of `engine` (ValueError: one line listing the engines it models)."""
+    if engine not in POLICIES:
+        raise ValueError(
+            f"the simulator has no policy for engine {engine!r}; it models {', '.join(modelled())}"
+        )
+    return POLICIES.get(engine)
+
+
 def policy_for(engine: str, knobs: engines.Knobs) -> Policy:
     """The policy of `engine`, built from the knobs the real engine takes."""
-    return POLICIES.get(engine)(knobs)
+    return policy_class(engine)(knobs)
+
+
+def knobs_class(engine: str) -> type[engines.Knobs]:
+    """The Knobs class of `engine`: its policy's own (a served engine), else the lab engine's."""
+    own = POLICIES.entries.get(engine)
+    return own.Knobs if own is not None and own.Knobs is not None else engines.get(engine).Knobs
+
+
+def knob_table(names) -> dict[str, tuple]:
+    """{knob: (its Spec, its default, the engines that take it)} over these engines' knobs (the
+    served engines' policies' own included): what the simulate command's flags are built from."""
+    out: dict[str, tuple] = {}
+    for name in names:
+        defaults = knobs_class(name)()
+        for knob, spec in defaults.specs().items():
+            out.setdefault(knob, (spec, getattr(defaults, knob), []))[2].append(name)
+    return out
+
+
+def knobs_for(engine: str, given: dict) -> engines.Knobs:
+    """The validated Knobs of `engine`'s policy from the knob names in `given` (its defaults
+    for the rest; ValueError naming a knob it does not take)."""
+    cls = policy_class(engine)
+    if cls.Knobs is None:  # a lab engine: its own Knobs, checked by the engines' registry
+        return engines.knobs_of(engine, given)[0]
+    fields = cls.Knobs.specs()
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"the {engine} policy has no knob {', '.join(unknown)}; its knobs are "
+            f"{', '.join(fields)}"
+        )
+    return cls.Knobs(**given)
 
 
 class Policy:
-    """An engine's scheduling, as the event loop (explorer.serving.simulate.events) asks for it."""
+    """An engine's scheduling, as the event loop (explorer.serving.simulate.events) asks for it,
+    and its analytic capacity (saturation_rate)."""
 
     engine: ClassVar[str]
+    Knobs: ClassVar[type | None] = None  # its own knobs (a served engine); None: the lab engine's
+    order: ClassVar[int] = 1000  # listed after the lab engines (theirs come from the engines)
+    on_paper: ClassVar[bool] = False  # runs the chip what-if (--hardware): a paged KV cache
     paged: ClassVar[bool] = False  # a paged KV cache whose blocks the iterations record
     assumption: ClassVar[str | None] = None  # how it schedules, for the result's assumptions
 
     def __init__(self, knobs: engines.Knobs):
-        expected = engines.get(self.engine).Knobs
+        expected = self.Knobs or engines.get(self.engine).Knobs
         if not isinstance(knobs, expected):
             raise TypeError(f"the {self.engine} policy takes {expected.__name__}")
         self.knobs = knobs
+
+    @classmethod
+    def paper_knobs(cls, plan: dict, given: dict) -> dict:
+        """The knobs on a chip on paper: the what-if's memory plan and scheduler settings
+        (`plan`: num_blocks, page_size, max_batch_tokens, max_requests_per_batch, kv_tokens)
+        in this engine's names; `given`: the what-if settings stated by the run (the engine's
+        own defaults stand for the rest)."""
+        raise ValueError(
+            f"the {cls.engine} engine runs on this machine only; the what-if on a chip models "
+            f"{', '.join(n for n in modelled() if POLICIES.get(n).on_paper)}"
+        )
 
     def check(self, requests) -> None:
         """A clear ValueError before the run, if the engine could never serve the requests."""
@@ -216,6 +281,19 @@ class Policy:
     @property
     def kv_blocks_total(self) -> int | None:
         return None
+
+    def saturation_rate(self, info, model, input_len, output_len) -> float:
+        """The modelled service capacity (req/s) for requests of these lengths: the largest
+        rate the step model drains, analytically (explorer.serving.simulate.rates; one output
+        token: one request at a time)."""
+        i, o = max(1, int(input_len)), max(1, int(output_len))
+        if o < 2:
+            return one_at_a_time_rate(info, model, i, o)
+        return self.rate(model, shape_of(info), i, o)
+
+    def rate(self, model, shape, i: int, o: int) -> float:
+        """This engine's capacity formula for o >= 2 output tokens."""
+        raise NotImplementedError
 
 
 class SessionBatch(Policy):
@@ -258,16 +336,24 @@ class SequentialPolicy(SessionBatch):
     def limits(self) -> tuple[int, float]:
         return 1, 0.0
 
+    def rate(self, model, shape, i: int, o: int) -> float:
+        """One request at a time: 1 / (its prefill + decodes + gaps)."""
+        return batch_rate(model, shape, i, o, 1)
+
 
 @policy("static")
 class StaticPolicy(SessionBatch):
     def limits(self) -> tuple[int, float]:
         return self.knobs.max_batch, self.knobs.max_wait_s
 
+    def rate(self, model, shape, i: int, o: int) -> float:
+        """Full batches of max_batch: max_batch / (the batch's prefill + decodes + gaps)."""
+        return batch_rate(model, shape, i, o, self.knobs.max_batch)
+
 
 @policy("continuous")
 class ContinuousPolicy(Policy):
-    paged = True
+    paged = on_paper = True
     assumption = (
         "scheduler: transformers' FIFO (decodes, then prefills, then waiting; chunked under "
         "max_batch_tokens; 15% free-block safety margin; preemption resets and recomputes)"
@@ -284,6 +370,20 @@ class ContinuousPolicy(Policy):
     @property
     def kv_blocks_total(self) -> int:
         return self.knobs.num_blocks
+
+    @classmethod
+    def paper_knobs(cls, plan: dict, given: dict) -> dict:
+        names = ("num_blocks", "page_size", "max_batch_tokens", "max_requests_per_batch")
+        return {k: plan[k] for k in names}
+
+    def rate(self, model, shape, i: int, o: int) -> float:
+        """Prefills beside decodes (rates.mixed_rate): as many decoding requests as the KV cache
+        holds (blocks x page x (1 - the 15% margin) / (input + output / 2) tokens each) and
+        max_requests_per_batch allow, max_batch_tokens per iteration."""
+        k = self.knobs
+        kv = k.num_blocks * k.page_size * (1 - SAFETY_MARGIN) / (i + o / 2)
+        rows = min(kv, k.max_requests_per_batch or 1024)
+        return mixed_rate(model, shape, i, o, rows, k.max_batch_tokens)
 
     def plan(self, sim) -> Plan | None:
         free = self.knobs.num_blocks - sum(r.blocks for r in sim.running)

@@ -28,6 +28,7 @@ METRICS = (
     "output_throughput",
     "request_throughput",
     "median_ttft_ms",
+    "p99_ttft_ms",
     "median_tpot_ms",
     "median_itl_ms",
     "median_e2el_ms",
@@ -36,6 +37,7 @@ UNITS = {  # each measured metric's unit (its name says it) and the most a real 
     "output_throughput": ("output tokens/s", 1e8),
     "request_throughput": ("requests/s", 1e6),
     "median_ttft_ms": ("ms", 1e7),
+    "p99_ttft_ms": ("ms", 1e7),
     "median_tpot_ms": ("ms", 1e7),
     "median_itl_ms": ("ms", 1e7),
     "median_e2el_ms": ("ms", 1e8),
@@ -94,7 +96,12 @@ def check_point(point: dict, sources: dict, where: str) -> None:
     if missing:
         raise ValueError(f"{where}: missing {', '.join(missing)}")
     check_engine_named(point.get("engine"), where)
+    from explorer.serving.simulate.engine_map import policy_of
+
+    policy_of(point["engine"], where)  # an engine the what-if has a policy for
     check_measured(point["measured"], where)
+    for k, again in enumerate(point.get("repeats") or []):  # the same run repeated by its source
+        check_measured(again, f"{where}: repeats[{k}]")
     tp = point["tp"]
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
         raise ValueError(f"{where}: tp must be a whole number >= 1, got {tp!r}")
@@ -214,17 +221,26 @@ def _info(name: str, dtype: str):
     return arch_info(name, dtype)
 
 
-def simulate_point(point: dict, settings: dict | None = None) -> dict:
+def simulate_point(point: dict, settings: dict | None = None, policy: str | None = None) -> dict:
     """The what-if's result keys for one published run (`settings`, then the point's own
-    what_if settings, over the defaults); the per-request latency is left out (errors() adds
-    it: the point's what_if request_latency_s where it gives one, as an offline harness does)."""
+    what_if settings and its engine flags, over the chip's defaults) under the scheduler its
+    engine ran (engine_map.run_setup; `policy`: another one, e.g. "continuous"); the per-request
+    latency is left out (errors() adds it: the point's what_if request_latency_s where it gives
+    one, as an offline harness does)."""
+    from explorer.serving.simulate.engine_map import run_setup
+    from explorer.serving.simulate.engine_policies import chip_knobs
     from explorer.serving.simulate.run import simulate
     from explorer.serving.simulate.whatif import check_context, chip_model
 
+    mapped, knobs, flags_what_if = run_setup(point)
+    if policy not in (None, mapped):
+        knobs, flags_what_if = {}, {}
+    policy = policy or mapped
     weights = "bfloat16" if point["dtype"] == "fp8" else point["dtype"]
     info = _info(point["model"], weights)
-    # the run's own settings (its engine's, its harness's) win over the what-if's
-    overrides = {**(settings or {}), **point.get("what_if", {}), "request_latency_s": 0.0}
+    # the run's own settings (its engine's flags, its harness's) win over the what-if's
+    stated = {**flags_what_if, **point.get("what_if", {})}
+    overrides = {**(settings or {}), **stated, "request_latency_s": 0.0}
     model, extra = chip_model(
         info,
         point["chip"],
@@ -235,7 +251,8 @@ def simulate_point(point: dict, settings: dict | None = None) -> dict:
     )
     wl, requests = point_requests(_at_most(point, SIMULATE_AT_MOST, SIMULATE_TOKENS))
     check_context(info, requests)
-    return simulate(info, wl, "continuous", model, requests=requests, **extra["knobs"]).result
+    knobs = {**chip_knobs(policy, extra, point["chip"], stated), **knobs}
+    return simulate(info, wl, policy, model, requests=requests, **knobs).result
 
 
 def errors(point: dict, simulated: dict, request_latency_s: float) -> list[dict]:
@@ -269,15 +286,30 @@ def errors(point: dict, simulated: dict, request_latency_s: float) -> list[dict]
     return rows
 
 
-def compare_all(points: list[dict], settings: dict | None = None, progress=None) -> list[dict]:
+def compare_all(
+    points: list[dict], settings: dict | None = None, progress=None, policy: str | None = None
+) -> list[dict]:
+    """Measured vs simulated rows of every point (policy: one scheduler for all instead of the
+    one each run's engine names; a point the what-if cannot run gives rows marked unsupported)."""
+    from explorer.serving.simulate.engine_map import policy_of
     from explorer.serving.simulate.whatif import DEFAULTS
 
     given = settings or {}  # what is not given: the chip's defaults (whatif.defaults_for)
     latency = given.get("request_latency_s", DEFAULTS["request_latency_s"])
     rows = []
     for point in points:
-        sim = simulate_point(point, {k: v for k, v in given.items() if k in SIMULATED_SETTINGS})
-        rows.extend(errors(point, sim, point.get("what_if", {}).get("request_latency_s", latency)))
+        try:
+            sim = simulate_point(
+                point, {k: v for k, v in given.items() if k in SIMULATED_SETTINGS}, policy
+            )
+        except ValueError as err:  # the what-if cannot run it: counted as unsupported, and why
+            sim = {"unsupported": str(err)}
+        got = errors(point, sim, point.get("what_if", {}).get("request_latency_s", latency))
+        for row in got:
+            row["policy"] = policy or policy_of(point["engine"])
+            if "unsupported" in sim:
+                row["unsupported"] = sim["unsupported"]
+        rows.extend(got)
         if progress:
             progress(point["id"])
     return rows
@@ -333,6 +365,7 @@ def _fingerprint(path=None) -> dict:
         "settings": dict(DEFAULTS),
         "family_settings": FAMILY_DEFAULTS,
         "fit_sources": list(FIT_SOURCES),
+        "scheduler": "each run's engine (engine_map)",  # was: transformers' FIFO for every run
     }
 
 
@@ -357,6 +390,8 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
             return stored
     if not compute:
         return None
+    from explorer.serving.simulate.published_report import report
+
     data = load()
     rows = compare_all(data["points"], progress=progress)
     out = {
@@ -368,6 +403,7 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
         "settings": {k: key["settings"][k] for k in SHOWN_SETTINGS},
         "family_settings": key["family_settings"],
         "sources": data["sources"],
+        "report": report(rows, data["points"]),
     }
     if save:
         STORED.write_text(json.dumps(out, indent=1) + "\n")

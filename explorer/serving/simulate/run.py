@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from explorer.costs.parts import shape_of
-from explorer.serving import engines
 from explorer.serving.metrics import summarise
 from explorer.serving.run import ServingResult, run_meta
 from explorer.serving.simulate.events import Simulator, to_records
-from explorer.serving.simulate.policy import SAFETY_MARGIN, Policy, SimRequest, policy_for
+from explorer.serving.simulate.policy import Policy, SimRequest, knobs_for, policy_for
 from explorer.serving.simulate.replicas import check_replicas, deal, merge_iterations
-from explorer.serving.simulate.steptime import StepModel, one_at_a_time_rate
+from explorer.serving.simulate.steptime import StepModel
 from explorer.serving.steady import judge
 from explorer.serving.workload import Request, Workload
 
@@ -17,8 +16,7 @@ from explorer.serving.workload import Request, Workload
 def engine_policy(engine: str, given: dict) -> Policy:
     """The simulator's policy for `engine`, built from the engine's own Knobs (its defaults, the
     knobs in `given`; the engine's other keywords, such as ignore_eos, are not modelled)."""
-    knobs, _ = engines.knobs_of(engine, given)
-    return policy_for(engine, knobs)
+    return policy_for(engine, knobs_for(engine, given))
 
 
 def engine_knobs(engine: str, given: dict) -> dict:
@@ -62,9 +60,7 @@ def simulate(
     for rec in records:
         rec.sent_s = None if rec.sent_s is None else rec.sent_s - latency
     result = summarise(records, goodput)
-    capacity = replicas * saturation_rate(
-        info, step_model, engine, policy.knobs.to_dict(), *mean_lengths(sim_reqs)
-    )
+    capacity = replicas * policy.saturation_rate(info, step_model, *mean_lengths(sim_reqs))
     offered = wl.request_rate if wl and wl.arrival != "burst" and not wl.max_concurrency else None
     result.update(judge(records, capacity, offered))
     meta = run_meta(None, "complete", label or f"{engine} (simulated)")
@@ -104,16 +100,17 @@ def simulation_assumptions(policy: Policy, step_model: StepModel, replicas: int 
     ]
     if step_model.method == "fitted":
         out[:0] = [f"iteration time: {step_model.rule}", f"step model: {step_model.summary()}"]
-        if policy.assumption:
-            out.append(policy.assumption)
     else:
         out.insert(0, f"iteration time: {step_model.rule}")
+    own = policy.Knobs is not None  # a served engine's scheduler replaces the chip's line
+    if policy.assumption and (own or step_model.method == "fitted"):
+        out.append(policy.assumption)
     if replicas > 1:
         out.append(
             f"{replicas} independent replicas behind a load balancer that deals the requests "
             "round-robin in arrival order (each its own engine, KV cache and GPUs)"
         )
-    return out + list(step_model.assumptions)
+    return out + [a for a in step_model.assumptions if not (own and a.startswith("scheduler:"))]
 
 
 def mean_lengths(reqs) -> tuple[int, int]:
@@ -123,42 +120,7 @@ def mean_lengths(reqs) -> tuple[int, int]:
 
 
 def saturation_rate(info, model: StepModel, engine: str, knobs: dict, input_len, output_len):
-    """The modelled service capacity (req/s) of `engine` for requests of these lengths: the
-    largest rate its step model drains, analytically (no run).
-
-    sequential  one request at a time: 1 / (its prefill + decodes + gaps)
-    static      full batches of max_batch: max_batch / (the batch's prefill + decodes + gaps)
-    continuous  a fluid steady state: each iteration admits k prompts (their prefill, input
-                tokens each) while k x (output - 1) requests decode one token each, so k requests
-                finish per iteration: rate(k) = k / iteration seconds; the capacity is the
-                largest rate over k up to what the KV cache holds (blocks x page x (1 - the
-                scheduler's 15% margin) / (input + output / 2) tokens per request), what
-                max_batch_tokens and max_requests_per_batch allow (fewer than one prompt per
-                iteration: one prompt's iteration every (output - 1) / decoding ones)."""
-    shape = shape_of(info)
-    i, o = max(1, int(input_len)), max(1, int(output_len))
-    if engine == "sequential" or o < 2:
-        return one_at_a_time_rate(info, model, i, o)
-    if engine == "static":
-        b = knobs["max_batch"]
-        s = model.seconds(shape, [[i, 0]] * b) + o * model.gap_s
-        s += sum(model.seconds(shape, [[1, i + k]] * b) for k in range(o - 1))
-        return b / s
-    kv = knobs["num_blocks"] * knobs["page_size"] * (1 - SAFETY_MARGIN) / (i + o / 2)
-    rows = min(kv, knobs.get("max_requests_per_batch") or 1024)  # decoding requests at most
-    k_max = min(rows / (o - 1), knobs["max_batch_tokens"] / (o - 1 + i))
-
-    def seconds(decoding: int, prompts: int) -> float:
-        passes = [[1, i + o // 2]] * decoding + [[i, 0]] * prompts
-        return model.seconds(shape, passes) + model.gap_s
-
-    if k_max < 1:  # one prompt every (o - 1) / n iterations among n decoding requests
-        n = max(1, int(rows))
-        t = seconds(n, 0) + (seconds(n, 1) - seconds(n, 0)) * n / (o - 1)
-        return n / ((o - 1) * t)
-    best, k = 0.0, 1
-    while True:
-        best = max(best, k / seconds(k * (o - 1), k))
-        if k >= int(k_max):
-            return best
-        k = min(int(k_max), max(k + 1, int(k * 1.25)))
+    """The modelled service capacity (req/s) of `engine` with these knobs for requests of these
+    lengths: the largest rate its step model drains, analytically (no run). Each policy class
+    owns its formula (Policy.saturation_rate; explorer.serving.simulate.rates)."""
+    return engine_policy(engine, knobs).saturation_rate(info, model, input_len, output_len)
