@@ -19,6 +19,7 @@ PUBLISHED = {
     "llama-3.1-8b": 8030.3e6,
     "llama-2-7b": 6738.4e6,  # model card: 6.74B (Vidur's operator profiles use this shape)
     "llama-3.1-70b": 70.6e9,  # model card: 70.6B
+    "llama-3.1-405b": 405.9e9,  # the Hugging Face card: 406B (published runs on 8x MI300X)
     "mistral-7b": 7248.0e6,
     "qwen3-8b": 8.2e9,  # model cards: 8.2B, 14.8B, 32.8B
     "qwen3-14b": 14.8e9,

@@ -37,6 +37,10 @@ def test_published_runs_cover_models_chips_and_both_load_kinds(data):
     rate = [p for p in points if p["workload"].get("request_rate")]
     closed = [p for p in points if p["workload"].get("max_concurrency")]
     assert rate and closed
+    # several engines (each run's version: load() checks it), NVIDIA and AMD chips, some p99 TTFT
+    assert {p["engine"].split()[0] for p in points} >= {"vLLM", "SGLang", "TensorRT-LLM"}
+    assert {"h100", "mi300x"} <= {p["chip"] for p in points}
+    assert any("p99_ttft_ms" in p["measured"] for p in points)
     for p in points:
         chip_named(p["chip"])  # every chip is in the table
         src = data["sources"][p["source"]]
