@@ -10,7 +10,8 @@ attention inside one pass), costs/ (why a step takes its time), serving/ (many r
 engines, scenarios, the simulator), sweeps/ (registered measurements, the pays sweep),
 bench/ (side-by-side benchmarks), plots/ (figures), app/ (dashboard), cli/ (the `explorer` command).
 One home for each idea, at the top: _registry (the one Registry), _dtypes (the dtype table),
-_format (how a figure is written, a missing one too), _stats (the one percentile).
+_format (how a figure is written, a missing one too), _stats (the one percentile), _heap
+(garbage collection that walks only what a run made).
 """
 
 from explorer._version import __version__
