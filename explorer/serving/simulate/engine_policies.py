@@ -51,6 +51,30 @@ def take(rows: list, req: SimRequest, q: int, need: int) -> int:
     return need
 
 
+def admit_in_order(sim, rows, free: int, budget: int, max_running: int, chunked: bool, blocks_for):
+    """Waiting requests in arrival order while max_running, the token budget and the free KV
+    blocks allow; the first that does not fit stops the queue (FCFS). A prompt longer than the
+    budget left is cut to it when `chunked`, else it waits. blocks_for(req, q): the new blocks
+    the request must hold to run q tokens (vLLM: what q needs; TensorRT-LLM's no-evict: its
+    whole length). The admitted requests; their rows are appended to `rows`."""
+    admitted: list[SimRequest] = []
+    for req in sim.waiting:
+        if len(sim.running) + len(admitted) >= max_running or budget <= 0:
+            break
+        q = req.prefill_left
+        if q > budget:
+            if not chunked:
+                break
+            q = budget
+        need = blocks_for(req, q)
+        if need > free:
+            break
+        free -= take(rows, req, q, need)
+        budget -= q
+        admitted.append(req)
+    return admitted
+
+
 def admit(sim, admitted: list[SimRequest]) -> None:
     """Move admitted requests from waiting to running (one pass over the waiting list)."""
     if admitted:
@@ -166,22 +190,11 @@ class VllmPolicy(Policy):
         return Plan.of(rows, preempted=len(preempted))
 
     def admit_waiting(self, sim, rows, free: int, budget: int) -> list[SimRequest]:
-        k, admitted = self.knobs, []
-        for req in sim.waiting:
-            if len(sim.running) + len(admitted) >= k.max_num_seqs or budget <= 0:
-                break
-            q = req.prefill_left
-            if q > budget:
-                if not k.enable_chunked_prefill:
-                    break
-                q = budget
-            need = blocks_needed(req, q, k.block_size)
-            if need > free:
-                break
-            free -= take(rows, req, q, need)
-            budget -= q
-            admitted.append(req)
-        return admitted
+        k = self.knobs
+        return admit_in_order(
+            sim, rows, free, budget, k.max_num_seqs, k.enable_chunked_prefill,
+            lambda req, q: blocks_needed(req, q, k.block_size),
+        )  # fmt: skip
 
     def rate(self, model, shape, i: int, o: int) -> float:
         """Prefills beside decodes (rates.mixed_rate): as many running requests as the KV blocks
@@ -520,22 +533,15 @@ class TrtllmPolicy(Policy):
         return rows
 
     def new_contexts(self, sim, rows, free: int, budget: int) -> list[SimRequest]:
-        k, admitted, page = self.knobs, [], self.knobs.tokens_per_block
-        for req in sim.waiting:
-            if len(sim.running) + len(admitted) >= k.max_batch_size or budget <= 0:
-                break
-            q = req.prefill_left
-            if q > budget and not k.enable_chunked_prefill:
-                break
-            q = min(q, budget)
+        k, page = self.knobs, self.knobs.tokens_per_block
+
+        def blocks_for(req, q: int) -> int:  # guaranteed-no-evict: the whole length up front
             whole = req.input_len + req.max_tokens if self.no_evict else req.cached + q
-            need = max(0, math.ceil(whole / page) - req.blocks)
-            if need > free:
-                break
-            free -= take(rows, req, q, need)
-            budget -= q
-            admitted.append(req)
-        return admitted
+            return max(0, math.ceil(whole / page) - req.blocks)
+
+        return admit_in_order(
+            sim, rows, free, budget, k.max_batch_size, k.enable_chunked_prefill, blocks_for
+        )
 
     def rate(self, model, shape, i: int, o: int) -> float:
         """Contexts beside decodes (rates.mixed_rate): as many requests as the KV blocks hold
