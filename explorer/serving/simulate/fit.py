@@ -207,7 +207,11 @@ def replay(points: list[dict], pooled: dict, families: dict) -> list[dict]:
     for p in points:
         mine = {k: v for k, v in settings_for(p, pooled, families).items() if k in SIMULATED}
         latency = p.get("what_if", {}).get("request_latency_s", pooled["request_latency_s"])
-        rows.extend(published.errors(p, published.simulate_point(p, mine), latency))
+        try:
+            sim = published.simulate_point(p, mine)
+        except ValueError as err:  # a run its scheduler cannot serve: unsupported, as the table has
+            sim = {"unsupported": str(err)}
+        rows.extend(published.errors(p, sim, latency))
     return rows
 
 
