@@ -77,8 +77,10 @@ CI_SCALE = {
         ],
         "BIG_RUNGS": ["int8:fbgemm"],
     },
-    # one 500-request check seed, 200-request curve points, a stale profile warned, not refitted
-    "11": {"CHECK": 500, "SEEDS": [0], "CURVE_PROMPTS": 200, "REFIT_STALE": False},
+    # one 500-request check seed, a stale profile warned, not refitted (the curves keep their 400
+    # requests: at 200 all of a run fits one H100's batch of 256 and no point past capacity reads
+    # unstable)
+    "11": {"CHECK": 500, "SEEDS": [0], "REFIT_STALE": False},
     # two values per axis, three repeats; the 0.5B shape (section 2b) only outside CI: its load
     # alone takes 30 s or more on a busy 2-core machine
     "12": {
