@@ -37,11 +37,10 @@ UNITS = {  # each measured metric's unit (its name says it) and the most a real 
     "output_throughput": ("output tokens/s", 1e8),
     "request_throughput": ("requests/s", 1e6),
     "median_ttft_ms": ("ms", 1e7),
-    "p99_ttft_ms": ("ms", 1e7),
+    "p99_ttft_ms": ("ms", 1e8),
     "median_tpot_ms": ("ms", 1e7),
     "median_itl_ms": ("ms", 1e7),
     "median_e2el_ms": ("ms", 1e8),
-    "p99_ttft_ms": ("ms", 1e8),  # kept where a source publishes it (not yet in METRICS)
 }
 TARGETS = {"output_throughput": 15.0, "median_tpot_ms": 15.0, "median_ttft_ms": 25.0}
 POINT_KEYS = ("id", "source", "model", "chip", "tp", "dtype", "engine", "workload", "measured")
