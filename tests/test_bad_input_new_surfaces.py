@@ -397,7 +397,7 @@ def test_fit_with_no_fitted_runs_refuses(runs_file, capsys):
 
     runs_file(lambda d: d.__setitem__("points", [p for p in d["points"] if p["source"] not in FIT_SOURCES]))  # fmt: skip
     assert main(["bench", "simulate", "--published", "--fit"]) == 2
-    assert "--fit: no published run of the fitted sources" in _one_line(capsys)
+    assert "--fit: no published run of the training sources" in _one_line(capsys)
 
 
 def test_the_bundled_published_runs_pass_the_checks():

@@ -405,8 +405,8 @@ def _check_12_map(f: dict) -> None:
     flips = [float("inf") if x is None else x for x in p["flips"]]
     assert flips[0] < float("inf") and flips == sorted(flips), "the flip moves out with context"
     assert flips[-1] > flips[0], p["flips"]
-    c1 = [row[0] for row in p["draft_cost"]]  # batch 1: the draft's own KV read weighs more
-    assert c1 == sorted(c1) and c1[-1] > c1[0], c1
+    c1 = [row[0] for row in p["draft_cost"]]  # batch 1: the draft's cost beside the target
+    assert all(0 < c < 1 for c in c1) and max(c1) < 1.1 * min(c1), c1  # cheaper; moves little
     measured = f["spec_map_measured"]  # labelled: device, dtype, repeats
     assert measured and all(m["repeats"] >= 3 and m["device"] and m["dtype"] for m in measured)
     v = f["pair"]["verdicts"]

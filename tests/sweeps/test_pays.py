@@ -194,8 +194,13 @@ def test_the_map_on_paper_flips_with_batch_and_the_flip_moves_out_with_context(h
     assert small["speedup"] > 1 > large["speedup"], "pays at batch 1, costs at 256 (short context)"
     assert large["verify_cost"] > 2 * small["verify_cost"], "the verify turns compute-bound"
     assert m.flips[0] is not None and (m.flips[1] is None or m.flips[1] > m.flips[0])
+    # the draft's own KV read grows with context (its cost beside the target, c, moves little:
+    # the fixed per-step and per-layer overheads weigh on both passes)
+    assert h100_pair.draft(1, 1, 4096) > h100_pair.draft(1, 1, 256)
     long = spec_map.cell(h100_pair, 0.7, 4, 1, 4096)
-    assert long["draft_cost"] > small["draft_cost"], "the draft's own KV read grows with context"
+    assert 0 < long["draft_cost"] < 1 and long["draft_cost"] == pytest.approx(
+        small["draft_cost"], rel=0.1
+    )
     assert m.speedup[1][1] is None, "256 rows of 4096 tokens do not fit beside both models"
     assert m.lines()[0].startswith("context 256: pays below batch") and "rows fits" in m.lines()[0]
     assert m.max_rows[1] < 256 and m.lines()[1].startswith("context 4096: pays at every batch")

@@ -32,8 +32,8 @@ WHY = (
     "at large batch the verify pass's k+1 tokens per row turn the step compute-bound, so it costs "
     "about k+1 one-token passes and rejected drafts are paid in full; at long context each row's KV "
     "read dominates every pass, the target's and the draft's alike: the verify reads the same KV "
-    "as a one-token pass (it stays memory-bound to larger batches, so the flip moves out), while "
-    "the draft's own KV read makes it costlier beside the target (c rises)"
+    "as a one-token pass (it stays memory-bound to larger batches, so the flip moves out); the "
+    "draft's own KV read grows too, so its cost beside the target (c) moves little"
 )
 
 
