@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from explorer.serving.simulate.profile import profile
+from explorer.serving.simulate.profile import checked_profile, profile
 from explorer.serving.simulate.run import simulate
 from explorer.serving.simulate.steptime import StepModel, one_at_a_time_rate
 
@@ -91,12 +91,17 @@ def compare(model_name: str, workload: str, measured: dict, simulated: dict) -> 
 def validate(
     lm, engine: str = "continuous", *, progress: bool = True, refit: bool = False, **knobs
 ) -> tuple[list[dict], StepModel]:
-    """Profile (or load the cached fit), then measure and simulate each held-out workload."""
+    """Profile (or load the cached fit and check it against one burst measured now: refitted past
+    the machine check's tolerance), then measure and simulate each held-out workload."""
     from tqdm.auto import tqdm
 
     from explorer.serving.run import serve
 
-    model = profile(lm, engine, refit=refit, progress=progress, **knobs)
+    if refit:
+        model = profile(lm, engine, refit=True, progress=progress, **knobs)
+    else:  # a fit cached under other load (or on another machine) is refitted, not trusted:
+        # one read 593-1,111% off here, fitted while other work shared the CPU
+        model, _, _ = checked_profile(lm, engine, refit_stale=True, progress=progress, **knobs)
     rows = []
     for name, wl in tqdm(heldout_workloads(lm.info, model), desc="validate", disable=not progress):
         requests = wl.requests(lm)
