@@ -3,24 +3,12 @@ its calibration on simulated runs, the capacity search's long seeded runs, and r
 
 from __future__ import annotations
 
-import random
-
 import pytest
+from queue_helpers import single_server
 
 from explorer.model.loader import arch_info
-from explorer.serving import RequestRecord, Workload
+from explorer.serving import Workload
 from explorer.serving.steady import BACKLOG_Z, judge, steadiness
-
-
-def single_server(rate: float, service_s: float, n: int, seed: int = 0) -> list[RequestRecord]:
-    """Poisson arrivals through one first-come server with a fixed service time (Lindley)."""
-    rng, t, free, out = random.Random(seed), 0.0, 0.0, []
-    for i in range(n):
-        t += rng.expovariate(rate)
-        start = max(t, free)
-        free = start + service_s
-        out.append(RequestRecord(f"r{i}", 8, 1, t, t, start, [free], free, 1))
-    return out
 
 
 def verdicts(load: float, n: int, seeds=range(8)) -> list[str]:

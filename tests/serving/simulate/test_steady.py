@@ -1,24 +1,11 @@
 """Steady state, or say it is not: the trend test on queues whose answer is known, simulated runs
 below and above the modelled capacity, the serving sweep stopping past saturation."""
 
-import random
-
 import pytest
+from queue_helpers import single_server
 
 from explorer.serving import RequestRecord
 from explorer.serving.steady import GROWTH_LIMIT, judge, offered_rate
-
-
-def single_server(rate: float, service_s: float, n: int, seed: int = 0) -> list[RequestRecord]:
-    """Poisson arrivals through one first-come server with a fixed service time (Lindley's
-    recursion): the records a run of that queue would leave."""
-    rng, t, free, out = random.Random(seed), 0.0, 0.0, []
-    for i in range(n):
-        t += rng.expovariate(rate)
-        start = max(t, free)
-        free = start + service_s
-        out.append(RequestRecord(f"r{i}", 8, 1, t, t, start, [free], free, 1))
-    return out
 
 
 def test_a_stable_queue_is_steady_and_an_overloaded_one_is_not():
