@@ -23,8 +23,11 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@# --no-compile: Python compiles each module the first time it is imported instead of pip
+	@# compiling every file of every package up front (fresh install 80 s -> 50 s here; the first
+	@# import of torch + transformers then takes ~2 s longer, once)
+	$(BIN)/python -m pip install --quiet --no-compile $(TORCH)
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[test]"
 	@touch $(STAMP)
 	@echo "installed into $(VENV)"
 
