@@ -63,9 +63,14 @@ def _params_cell(nb) -> int:
 CI_SCALE = {
     # 128 tokens with the cache and without (the uncached half is quadratic: 256 took ~4x as long)
     "03": {"NEW_TOKENS": 128},
-    # the rungs the facts read (compile once, not twice; no slow torchao int8 on CPU), and on the
-    # 0.5B shape only the int8 rung beside eager: the whole ladder took ~70 s of CPU in CI
+    # 16 requests, and the rate sweep's two ends (4 values took ~12 s of its ~40 s in CI)
+    "08": {"REQUESTS": 16, "RATES": (4, 256)},
+    # the rungs the facts read (compile once, not twice; no slow torchao int8 on CPU), and for the
+    # memory-bound shape only the int8 rung beside eager, on SmolLM2-135M's shape instead of the
+    # 0.5B one (its load, int8 packing and passes took 18 s of the notebook's ~52 s; 135M: 5 s;
+    # both read ~1/4 of the fp32 bytes and ran 4.0-4.5x faster in int8 here)
     "10": {
+        "MODEL": "arch:smollm2-135m",
         "SMALL_RUNGS": [
             "static",
             "static+compile",
