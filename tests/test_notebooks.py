@@ -63,6 +63,9 @@ def _params_cell(nb) -> int:
 CI_SCALE = {
     # 128 tokens with the cache and without (the uncached half is quadratic: 256 took ~4x as long)
     "03": {"NEW_TOKENS": 128},
+    # batches up to 32 (64 and 128 took most of the sweep's time; the knee is modelled, found by
+    # decode_knee whatever batches are measured, and the facts read batches 1 and 8)
+    "06": {"BATCHES": (1, 2, 4, 8, 16, 32)},
     # 16 requests, and the rate sweep's two ends (4 values took ~12 s of its ~40 s in CI)
     "08": {"REQUESTS": 16, "RATES": (4, 256)},
     # the rungs the facts read (compile once, not twice; no slow torchao int8 on CPU), and for the
