@@ -42,10 +42,13 @@ import time
 from dataclasses import dataclass, field
 
 from explorer.serving.simulate import published
+from explorer.serving.simulate.fit_stack import STACK_SOURCES, fit_stack
 from explorer.serving.simulate.published import _at_most
 from explorer.serving.simulate.whatif_settings import CHIP_FAMILIES
 
-TRAIN_SOURCES = published.FIT_SOURCES  # the training split, by source (printed by the fit)
+# the training split of the serving stages, by source (printed by the fit); the stack families'
+# own sources (fit_stack.STACK_SOURCES) are fitted sources too, for their family's terms only
+TRAIN_SOURCES = tuple(s for s in published.FIT_SOURCES if s not in STACK_SOURCES.values())
 FIT_AT_MOST = 300  # requests per run simulated while fitting (the table simulates all of them)
 FIT_TOKENS = 40_000  # and output tokens per run while fitting
 LIGHT = 8  # a run of at most this many concurrent requests is light
@@ -95,6 +98,7 @@ class FitResult:
     held_out: list[str]
     summary: list[dict] = field(default_factory=list)  # published.summary of the fitted values
     seconds: float = 0.0
+    stacks: dict = field(default_factory=dict)  # stack family -> its values (fit_stack)
 
 
 # --- stage 1: Vidur's operator table ----------------------------------------------------------
@@ -192,20 +196,29 @@ def is_decode_heavy(point: dict) -> bool:
     return is_heavy(point) and output >= prompt / 2 and output >= 32
 
 
-def settings_for(point: dict, pooled: dict, families: dict) -> dict:
-    """The what-if settings a run is simulated with: pooled, then its chip family's."""
+def settings_for(point: dict, pooled: dict, families: dict, stacks: dict | None = None) -> dict:
+    """The what-if settings a run is simulated with: pooled, then its chip family's, then its
+    stack family's (`stacks`: family -> values; whatif_settings.STACK_DEFAULTS when None)."""
     from explorer.costs.hardware import chip_named
+    from explorer.serving.simulate.engine_map import policy_of
+    from explorer.serving.simulate.whatif_settings import STACK_DEFAULTS, stack_family
 
-    family = CHIP_FAMILIES.get(chip_named(point["chip"]).name, "")
-    return {**pooled, **families.get(family, {})}
+    chip = chip_named(point["chip"]).name
+    family = CHIP_FAMILIES.get(chip, "")
+    stack = stack_family(chip, policy_of(point["engine"])) or ""
+    stacks = STACK_DEFAULTS if stacks is None else stacks
+    return {**pooled, **families.get(family, {}), **stacks.get(stack, {})}
 
 
-def replay(points: list[dict], pooled: dict, families: dict) -> list[dict]:
+def replay(
+    points: list[dict], pooled: dict, families: dict, stacks: dict | None = None
+) -> list[dict]:
     """published.errors rows of every point at these settings (latency: pooled's, or the
     point's own where its harness has none)."""
     rows = []
     for p in points:
-        mine = {k: v for k, v in settings_for(p, pooled, families).items() if k in SIMULATED}
+        mine = settings_for(p, pooled, families, stacks)
+        mine = {k: v for k, v in mine.items() if k in SIMULATED}
         latency = p.get("what_if", {}).get("request_latency_s", pooled["request_latency_s"])
         try:
             sim = published.simulate_point(p, mine)
@@ -330,7 +343,7 @@ def fit(points: list[dict], progress=None, at_most: int = FIT_AT_MOST, rows=None
     """Every stage (module docstring) on the training split of `points`; then the fitted and
     held-out runs replayed at the fitted values (at most `at_most` requests each), summarised."""
     start = time.perf_counter()
-    train, held = split(points)
+    train, _ = split(points)
     if not train:
         raise ValueError(
             f"--fit: no published run of the training sources ({', '.join(TRAIN_SOURCES)})"
@@ -338,17 +351,20 @@ def fit(points: list[dict], progress=None, at_most: int = FIT_AT_MOST, rows=None
     short = [_at_most(p, at_most, FIT_TOKENS) for p in points]
     pooled, families, terms = operator_terms(rows)
     serving, more = fit_serving(train, pooled, families, progress, at_most)
+    stacks, stacked = fit_stack(points, serving, families, progress)
     if progress:
         progress("replaying every run at the fitted values")
-    summary = published.summary(replay(short, serving, families))
+    summary = published.summary(replay(short, serving, families, stacks))
+    fitted = {p["source"] for p in train} | {STACK_SOURCES[f] for f in stacks}
     return FitResult(
         serving,
         families,
-        terms + more,
-        sorted({p["source"] for p in train}),
-        sorted({p["source"] for p in held}),
+        terms + more + stacked,
+        sorted(fitted),
+        sorted({p["source"] for p in points} - fitted),
         summary,
         time.perf_counter() - start,
+        stacks,
     )
 
 
@@ -382,6 +398,9 @@ def report_lines(result: FitResult) -> list[str]:
             f"the what-if's defaults differ from this fit: put {pooled} and the families' "
             f"{families} in whatif_settings.py and fit.FITTED / FITTED_FAMILIES"
         )
+    from explorer.serving.simulate.fit_stack import report_lines as stack_lines
+
+    lines += stack_lines(result.stacks)
     lines.append(f"fit took {result.seconds:.0f} s")
     return lines
 

@@ -23,7 +23,7 @@ from explorer._format import pct
 from explorer.model.loader import ASSETS
 
 PUBLISHED = ASSETS / "published" / "runs.json"
-FIT_SOURCES = ("S3", "S9")
+FIT_SOURCES = ("S3", "S9", "S15")  # S15: the cdna3-vllm-v0 stack family only (fit_stack)
 METRICS = (
     "output_throughput",
     "request_throughput",
@@ -247,6 +247,7 @@ def simulate_point(point: dict, settings: dict | None = None, policy: str | None
         int(point["tp"]),
         dtype=point["dtype"],
         kv_dtype=point.get("kv_dtype"),
+        engine=policy,
         **overrides,
     )
     wl, requests = point_requests(_at_most(point, SIMULATE_AT_MOST, SIMULATE_TOKENS))
@@ -357,13 +358,14 @@ def _fingerprint(path=None) -> dict:
     import hashlib
 
     from explorer.serving.simulate.whatif import CHIP_RULE, DEFAULTS
-    from explorer.serving.simulate.whatif_settings import FAMILY_DEFAULTS
+    from explorer.serving.simulate.whatif_settings import FAMILY_DEFAULTS, STACK_DEFAULTS
 
     return {
         "runs_sha256": hashlib.sha256(Path(path or PUBLISHED).read_bytes()).hexdigest(),
         "rule_sha256": hashlib.sha256(CHIP_RULE.encode()).hexdigest()[:16],
         "settings": dict(DEFAULTS),
         "family_settings": FAMILY_DEFAULTS,
+        "stack_settings": STACK_DEFAULTS,
         "fit_sources": list(FIT_SOURCES),
         "scheduler": "each run's engine (engine_map)",  # was: transformers' FIFO for every run
     }
@@ -402,6 +404,7 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
         "held_out_sources": sorted({p["source"] for p in data["points"]} - set(FIT_SOURCES)),
         "settings": {k: key["settings"][k] for k in SHOWN_SETTINGS},
         "family_settings": key["family_settings"],
+        "stack_settings": key["stack_settings"],
         "sources": data["sources"],
         "report": report(rows, data["points"]),
     }

@@ -102,3 +102,50 @@ def test_the_what_if_defaults_are_the_values_the_fit_module_says():
     for name, value in FAMILY_DEFAULTS["hopper"].items():
         assert defaults_for(hopper)[name] == value
     assert defaults_for("MI300X") == DEFAULTS  # no measured family: the pooled values
+
+
+def test_the_mi300x_stack_family_applies_to_vllm_v0_only_and_is_fitted_on_its_one_source():
+    from explorer.serving.simulate import fit_stack
+    from explorer.serving.simulate.whatif_settings import (
+        STACK_DEFAULTS,
+        STACK_FAMILIES,
+        stack_family,
+    )
+
+    chip, policies, _ = STACK_FAMILIES["cdna3-vllm-v0"]
+    assert (chip, policies) == ("MI300X", ("vllm-v0",))
+    old = defaults_for("MI300X", "vllm-v0")
+    assert old == {**DEFAULTS, **STACK_DEFAULTS["cdna3-vllm-v0"]} != DEFAULTS
+    assert defaults_for("MI300X", "vllm") == defaults_for("MI300X") == DEFAULTS  # vLLM >= 0.8
+    assert stack_family("H100 SXM", "vllm-v0") is None
+    mi300x_v0 = {"chip": "mi300x", "engine": "vLLM 0.6.1 (ROCm)"}
+    got = fit.settings_for(mi300x_v0, dict(DEFAULTS), FAMILY_DEFAULTS)
+    assert {k: got[k] for k in STACK_DEFAULTS["cdna3-vllm-v0"]} == STACK_DEFAULTS["cdna3-vllm-v0"]
+    assert fit.settings_for({**mi300x_v0, "engine": "vLLM 0.10.0"}, {"x": 1}, {}) == {"x": 1}
+    # split by source: S15 fits the family (a fitted source), the serving stages do not see it,
+    # and the family's other runs (S13, S14 on MI300X) stay held out
+    source = fit_stack.STACK_SOURCES["cdna3-vllm-v0"]
+    assert source in published.FIT_SOURCES and source not in fit.TRAIN_SOURCES
+    points = published.load()["points"]
+    family = [p for p in points if fit_stack._family_of(p) == "cdna3-vllm-v0"]
+    assert {p["source"] for p in family} == {"S13", "S14", "S15"}
+    term_runs = {name: runs for name, runs, _ in fit_stack.stages(family)}
+    for runs in term_runs.values():
+        assert runs and {p["source"] for p in runs} <= {"S13", "S14", "S15"}
+    train = [p for p in family if p["source"] == source]
+    light, heavy, long = (runs for _, runs, _ in fit_stack.stages(train)[:3])
+    assert [p["workload"]["num_prompts"] for p in light] == [1, 2, 4]
+    assert min(p["workload"]["num_prompts"] for p in heavy) == 32
+    assert {p["workload"]["input_mean"] for p in long} == {10000}
+
+
+def test_offline_harnesses_have_no_api_server_and_s14_serves_llama_3_at_8k():
+    """Data fixes (assets/published/sources.md): S11's benchmark_latency, S12's trtllm-bench and
+    S14's run.py / benchmark_latency are offline (no request latency, no API server, as S7 and
+    S8); S14's Meta-Llama-3-8B has an 8,192-token context (vLLM 0.6.1: no chunked prefill)."""
+    points = published.load()["points"]
+    for p in points:
+        if p["source"] in ("S11", "S12", "S14"):
+            assert p["what_if"]["request_latency_s"] == p["what_if"]["stream_token_s"] == 0.0
+        if p["source"] == "S14" and p["chip"] == "mi300x":
+            assert p["max_model_len"] == 8192
