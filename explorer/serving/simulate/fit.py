@@ -47,8 +47,14 @@ from explorer.serving.simulate.published import _at_most
 from explorer.serving.simulate.whatif_settings import CHIP_FAMILIES
 
 # the training split of the serving stages, by source (printed by the fit); the stack families'
-# own sources (fit_stack.STACK_SOURCES) are fitted sources too, for their family's terms only
-TRAIN_SOURCES = tuple(s for s in published.FIT_SOURCES if s not in STACK_SOURCES.values())
+# own sources (fit_stack.STACK_SOURCES) are fitted sources too, for their family's terms only, and
+# ENGINE_SOURCES for their engine's request latency only (the light runs of that engine there)
+ENGINE_SOURCES = {"sglang": "S16", "trtllm": "S16"}
+TRAIN_SOURCES = tuple(
+    s
+    for s in published.FIT_SOURCES
+    if s not in STACK_SOURCES.values() and s not in ENGINE_SOURCES.values()
+)
 FIT_AT_MOST = 300  # requests per run simulated while fitting (the table simulates all of them)
 FIT_TOKENS = 40_000  # and output tokens per run while fitting
 LIGHT = 8  # a run of at most this many concurrent requests is light
@@ -99,6 +105,7 @@ class FitResult:
     summary: list[dict] = field(default_factory=list)  # published.summary of the fitted values
     seconds: float = 0.0
     stacks: dict = field(default_factory=dict)  # stack family -> its values (fit_stack)
+    engines: dict = field(default_factory=dict)  # engine -> its request latency (ENGINE_SOURCES)
 
 
 # --- stage 1: Vidur's operator table ----------------------------------------------------------
@@ -211,15 +218,26 @@ def settings_for(point: dict, pooled: dict, families: dict, stacks: dict | None 
 
 
 def replay(
-    points: list[dict], pooled: dict, families: dict, stacks: dict | None = None
+    points: list[dict],
+    pooled: dict,
+    families: dict,
+    stacks: dict | None = None,
+    engines: dict | None = None,
 ) -> list[dict]:
-    """published.errors rows of every point at these settings (latency: pooled's, or the
-    point's own where its harness has none)."""
+    """published.errors rows of every point at these settings (latency: the point's own where
+    its harness has none, else its engine's in `engines` (ENGINE_DEFAULTS when None), else
+    pooled's)."""
+    from explorer.serving.simulate.engine_map import policy_of
+    from explorer.serving.simulate.whatif_settings import ENGINE_DEFAULTS
+
+    engines = ENGINE_DEFAULTS if engines is None else engines
     rows = []
     for p in points:
         mine = settings_for(p, pooled, families, stacks)
         mine = {k: v for k, v in mine.items() if k in SIMULATED}
-        latency = p.get("what_if", {}).get("request_latency_s", pooled["request_latency_s"])
+        engine = engines.get(policy_of(p["engine"]), {})
+        latency = engine.get("request_latency_s", pooled["request_latency_s"])
+        latency = p.get("what_if", {}).get("request_latency_s", latency)
         try:
             sim = published.simulate_point(p, mine)
         except ValueError as err:  # a run its scheduler cannot serve: unsupported, as the table has
@@ -327,6 +345,28 @@ def fit_serving(
     return values, terms
 
 
+def fit_engine_latency(points, pooled, families, stacks, progress=None):
+    """({engine: {"request_latency_s": s}}, terms): each engine of ENGINE_SOURCES on the light
+    runs of that engine in its source (fit_latency on their median TTFT, the other settings at
+    the fitted values)."""
+    from explorer.serving.simulate.engine_map import policy_of
+
+    engines, terms = {}, []
+    zero = {**pooled, "request_latency_s": 0.0}
+    for engine, source in ENGINE_SOURCES.items():
+        light = [p for p in points if p["source"] == source and is_light(p)
+                 and policy_of(p["engine"]) == engine]  # fmt: skip
+        if not light:
+            continue
+        value = fit_latency(replay(light, zero, families, stacks, engines={}))
+        engines[engine] = {"request_latency_s": value}
+        ids = ", ".join(p["id"] for p in light)
+        terms.append(Term("request_latency_s", value, engine, f"median TTFT of {ids}"))
+        if progress:
+            progress(f"{engine}: request_latency_s {value * 1e3:.0f} ms")
+    return engines, terms
+
+
 def fit_latency(rows: list[dict]) -> float:
     """The per-request latency (s) that minimises the mean |log error| of TTFT (grid, 1 ms)."""
     ttft = [r for r in rows if r["metric"] == "median_ttft_ms" and r["simulated"]]
@@ -352,10 +392,13 @@ def fit(points: list[dict], progress=None, at_most: int = FIT_AT_MOST, rows=None
     pooled, families, terms = operator_terms(rows)
     serving, more = fit_serving(train, pooled, families, progress, at_most)
     stacks, stacked = fit_stack(points, serving, families, progress)
+    engines, by_engine = fit_engine_latency(points, serving, families, stacks, progress)
+    stacked += by_engine
     if progress:
         progress("replaying every run at the fitted values")
-    summary = published.summary(replay(short, serving, families, stacks))
+    summary = published.summary(replay(short, serving, families, stacks, engines))
     fitted = {p["source"] for p in train} | {STACK_SOURCES[f] for f in stacks}
+    fitted |= {ENGINE_SOURCES[e] for e in engines}
     return FitResult(
         serving,
         families,
@@ -365,6 +408,7 @@ def fit(points: list[dict], progress=None, at_most: int = FIT_AT_MOST, rows=None
         summary,
         time.perf_counter() - start,
         stacks,
+        engines,
     )
 
 
@@ -377,7 +421,10 @@ def report_lines(result: FitResult) -> list[str]:
     ]
     for t in result.terms:
         lines.append(f"  {t.name:<22}{t.family:<8}{_shown(t.name, t.value):>11}  {t.data}")
-    lines.append("chips of no measured family (MI300X, L4, ...) take the values marked all")
+    lines.append(
+        "chips of no measured family (MI300X, L4, ...) take the values marked all, unless a "
+        "stack family (below) names the chip and its engine"
+    )
     lines.append(
         f"median |error| per metric at the fitted values, runs cut to {FIT_AT_MOST:,} requests "
         f"and {FIT_TOKENS:,} output tokens (an all-at-once run cut below its batch reads slow "
@@ -401,8 +448,23 @@ def report_lines(result: FitResult) -> list[str]:
     from explorer.serving.simulate.fit_stack import report_lines as stack_lines
 
     lines += stack_lines(result.stacks)
+    from explorer.serving.simulate.whatif_settings import ENGINE_DEFAULTS
+
+    same = ENGINE_DEFAULTS == rounded_engines(result.engines)
+    lines.append(
+        f"per-engine request latency {rounded_engines(result.engines)}: "
+        + (
+            "the what-if's ENGINE_DEFAULTS are these"
+            if same
+            else "put these in whatif_settings.ENGINE_DEFAULTS"
+        )  # fmt: skip
+    )
     lines.append(f"fit took {result.seconds:.0f} s")
     return lines
+
+
+def rounded_engines(engines: dict) -> dict:
+    return {e: {k: round(v, 3) for k, v in d.items()} for e, d in engines.items()}
 
 
 def rounded(result: FitResult) -> tuple[dict, dict]:

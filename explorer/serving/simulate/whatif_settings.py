@@ -149,6 +149,14 @@ FAMILY_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
+# Per serving engine (a simulator policy), the per-request latency outside the engine loop
+# (HTTP, tokenising, the first token's trip through the API server), fitted on the light
+# (concurrency <= 8) runs of that engine in the training sources (fit.ENGINE_SOURCES); an
+# engine not here (vLLM, the lab's) takes DEFAULTS' request_latency_s, fitted on vLLM's runs.
+ENGINE_DEFAULTS: dict[str, dict[str, float]] = {
+    "sglang": {"request_latency_s": 0.02},
+    "trtllm": {"request_latency_s": 0.038},
+}
 # Realisation families of a chip under one generation of a serving stack, where the published
 # runs show the chip on paper (DEFAULTS) far from what that stack reached: name -> (the chip,
 # the simulator policies that select it, what it describes). Fitted on the published serving
@@ -165,7 +173,7 @@ STACK_FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
 STACK_DEFAULTS: dict[str, dict[str, float]] = {
     "cdna3-vllm-v0": {
         "bw_efficiency": 0.549,
-        "sequence_overhead_s": 1.9238e-3,
+        "sequence_overhead_s": 1.9268e-3,
         "flop_efficiency": 0.082,
     },
 }
@@ -181,9 +189,11 @@ def stack_family(chip_name: str, engine: str | None = None) -> str | None:
 
 def defaults_for(chip_name: str, engine: str | None = None) -> dict:
     """The what-if's defaults on this chip: DEFAULTS with its family's fitted values over them,
-    and, under `engine` (a simulator policy such as "vllm-v0"), its stack family's."""
+    and, under `engine` (a simulator policy such as "sglang"), the engine's and its stack
+    family's."""
     stack = STACK_DEFAULTS.get(stack_family(chip_name, engine) or "", {})
-    return {**DEFAULTS, **FAMILY_DEFAULTS.get(CHIP_FAMILIES.get(chip_name, ""), {}), **stack}
+    chip = FAMILY_DEFAULTS.get(CHIP_FAMILIES.get(chip_name, ""), {})
+    return {**DEFAULTS, **chip, **ENGINE_DEFAULTS.get(engine or "", {}), **stack}
 
 
 SPECS: dict[str, Spec] = specs(WhatIf)
