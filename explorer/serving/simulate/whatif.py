@@ -93,9 +93,8 @@ def chip_model(
     **overrides,
 ) -> tuple[ChipStepModel, dict]:
     """(the on-paper step model, the engine knobs it implies: the KV blocks from memory).
-    dtype: the weights' ("fp8" for FP8 weights; default the model's); kv_dtype: the KV cache's;
-    expert_parallel: a mixture of experts' experts split whole across the `tp` GPUs; engine:
-    the simulator policy the run is scheduled by (its stack family's defaults, if any)."""
+    dtype: the weights' ("fp8": FP8 weights); kv_dtype: the KV cache's; expert_parallel: experts
+    split whole across the `tp` GPUs; engine: the policy (its defaults_for values, if any)."""
     check_settings(overrides)
     chip = chip_named(chip_name)
     settings = {**defaults_for(chip.name, engine), **overrides}
