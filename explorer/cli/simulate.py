@@ -323,8 +323,9 @@ def _step_model(args):
         built = "bfloat16" if dtype == "fp8" else dtype  # fp8: the what-if sets the bytes
         info = arch_info(name, built) if name.startswith("arch:") else load(name, dtype=built).info
         model, paper = chip_model(
-            info, args.hardware, args.tp, dtype=dtype, kv_dtype=args.kv_dtype, **_overrides(args)
-        )
+            info, args.hardware, args.tp, dtype=dtype, kv_dtype=args.kv_dtype,
+            engine=args.engine, **_overrides(args),
+        )  # fmt: skip
         return info, model, chip_knobs(args.engine, paper, args.hardware), None
     if args.engine not in _lab_engines():
         raise ValueError(

@@ -103,7 +103,7 @@ class Setup:
         check_replicas(replicas)
         self.info, self.tp, self.replicas, self.lens = info, tp, replicas, (input_len, output_len)
         self.engine = overrides.pop("engine", "continuous")  # the scheduler's policy
-        self.model, self.extra = chip_model(info, chip, tp, **overrides)
+        self.model, self.extra = chip_model(info, chip, tp, engine=self.engine, **overrides)
         self.knobs = chip_knobs(self.engine, self.extra, chip)
         one = saturation_rate(info, self.model, self.engine, self.knobs, input_len, output_len)
         self.capacity = replicas * one

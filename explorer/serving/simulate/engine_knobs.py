@@ -78,6 +78,12 @@ class VllmV0Knobs(Knobs):
         low=1,
         high=64,
     )
+    enable_chunked_prefill: bool = setting(
+        False,
+        "chunked prefill",
+        "V0's chunked-prefill scheduler (decodes first, prompts chunked to the token budget; "
+        "vLLM 0.6 turns it on for a max_model_len above 32K)",
+    )
 
 
 @dataclass

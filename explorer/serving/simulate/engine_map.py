@@ -10,9 +10,13 @@ of explorer.serving.simulate.engine_policies, and its `settings` flags -> that p
     TensorRT-LLM x        trtllm
 
 Flags read from a run's `settings` (the rest are noted in the runs file, not modelled):
---num-scheduler-steps N (vllm-v0), --max-model-len / --max_model_len N (vllm-v0: the token
-budget max(N, 2048) when the run states none), --mem-frac / --mem-fraction-static F (SGLang:
-the what-if's gpu_memory_utilization). A TensorRT-LLM run whose prompts are longer than
+--num-scheduler-steps N (vllm-v0), --enable-chunked-prefill[=True|False] (vllm-v0; when the run
+does not say, on where max_model_len, the flag's or the model's context, is above 32K, as
+vLLM 0.6's EngineArgs turns it on), --max-model-len / --max_model_len N (vllm-v0 without chunked
+prefill: the token budget max(N, 2048) when the run states none),
+--disable-frontend-multiprocessing (vllm-v0: without it the per-request overhead is 0; see
+IN_PROCESS_FRONTEND), --mem-frac / --mem-fraction-static F (SGLang: the what-if's
+gpu_memory_utilization). A TensorRT-LLM run whose prompts are longer than
 max_num_tokens (8,192) served them, so its context chunking was on.
 """
 
@@ -28,6 +32,13 @@ FAMILIES = {  # the engine's name as runs write it (lower case) -> its policy fa
     "trtllm": "trtllm",
 }
 V1_FROM = (0, 8)  # vLLM's V1 engine is the default from 0.8.0
+V0_LONG_CONTEXT = 32 * 1024  # vLLM 0.6: chunked prefill on by itself above this max_model_len
+# vLLM 0.6's OpenAI server runs the engine in its own process (MQLLMEngine) unless this flag puts
+# the API server in the engine's loop: only then does its per-request work (detokenising,
+# streaming every token) add to each step; the what-if's per-request overhead
+# (sequence_overhead_s, the cdna3-vllm-v0 stack family's, fitted on S15 which ran this flag) is
+# that work, so a vllm-v0 run without the flag (offline harnesses included) sets it to 0.
+IN_PROCESS_FRONTEND = "--disable-frontend-multiprocessing"
 TRTLLM_MAX_NUM_TOKENS = 8192  # TensorRT-LLM's default, engine_knobs.TrtllmKnobs
 
 
@@ -88,6 +99,9 @@ def run_setup(point: dict) -> tuple[str, dict, dict]:
         if steps:
             knobs["num_scheduler_steps"] = int(steps)
         length = flag_value(flags, "--max-model-len", "--max_model_len")
+        knobs["enable_chunked_prefill"] = v0_chunked(point, flags, length)
+        if IN_PROCESS_FRONTEND not in flags:
+            what_if["sequence_overhead_s"] = 0.0  # no API server in the engine's loop
         if length and "max_batch_tokens" not in point.get("what_if", {}):
             what_if["max_batch_tokens"] = max(int(length), 2048)
     if policy == "trtllm" and longest_prompt(point) > TRTLLM_MAX_NUM_TOKENS:
@@ -97,3 +111,19 @@ def run_setup(point: dict) -> tuple[str, dict, dict]:
         if frac:
             what_if["gpu_memory_utilization"] = float(frac)
     return policy, knobs, what_if
+
+
+def v0_chunked(point: dict, flags: str, length: str | None) -> bool:
+    """Whether a vLLM V0 run scheduled with chunked prefill: its --enable-chunked-prefill flag,
+    else max_model_len (the flag's, the point's max_model_len where the served model's context
+    differs from the shape's, else the shape's context) above V0_LONG_CONTEXT."""
+    said = re.search(r"--enable-chunked-prefill(?:[=\s]+(true|false))?", flags or "", re.I)
+    if said:
+        return (said.group(1) or "true").lower() == "true"
+    length = length or point.get("max_model_len")  # the served model's own context, stated
+    if length:
+        return int(length) > V0_LONG_CONTEXT
+    from explorer.serving.simulate.published import _info  # cached: the run's own shape
+
+    context = _info(point["model"], "bfloat16").max_positions or 0
+    return context > V0_LONG_CONTEXT

@@ -235,8 +235,13 @@ class VllmV0Policy(Policy):
     come in bursts; TPOT, the mean per token, is unchanged by that); a prompt that arrives
     meanwhile waits for the batch's last step, so TTFT includes that wait. A prefill batch runs
     one step (0.6.0 ran multi-step for decodes only: chunked prefill with multi-step came
-    later), its first tokens landing when it ends. Not modelled: swap space (preemption is
-    recompute), the delay factor."""
+    later), its first tokens landing when it ends. With enable_chunked_prefill (vLLM 0.6 turns
+    it on by itself for a max_model_len above 32K: EngineArgs.create_engine_config,
+    use_long_context), Scheduler._schedule_chunked_prefill() instead: the running requests
+    first (decodes and the next chunks of partial prompts), then waiting prompts in FCFS order,
+    the last chunked to the token budget left, all in one step (multi-step is not combined with
+    it here: 0.6 refused the two together). Not modelled: swap space (preemption is recompute),
+    the delay factor."""
 
     Knobs = VllmV0Knobs
     order = 45
@@ -263,7 +268,7 @@ class VllmV0Policy(Policy):
         k = self.knobs
         check_fits(requests, k.num_gpu_blocks, k.block_size, "vllm-v0")
         for r in requests:
-            if len(r.prompt_ids) > k.max_num_batched_tokens:
+            if not k.enable_chunked_prefill and len(r.prompt_ids) > k.max_num_batched_tokens:
                 raise ValueError(
                     f"request {r.id}: its {len(r.prompt_ids)}-token prompt is longer than the "
                     f"vllm-v0 token budget ({k.max_num_batched_tokens}, no chunked prefill)"
@@ -271,6 +276,8 @@ class VllmV0Policy(Policy):
 
     def plan(self, sim) -> Plan | None:
         k = self.knobs
+        if k.enable_chunked_prefill:
+            return self.chunked_plan(sim)
         steps, free = k.num_scheduler_steps, k.num_gpu_blocks - used_blocks(sim)
         rows = self.prefills(sim, free)
         if rows:
@@ -280,6 +287,21 @@ class VllmV0Policy(Policy):
         plan = Plan.of(rows, preempted=len(preempted))
         plan.more = burst_passes(rows, steps)
         return plan
+
+    def chunked_plan(self, sim) -> Plan:
+        """_schedule_chunked_prefill(): running first, then waiting prompts, the last chunked."""
+        k = self.knobs
+        free = k.num_gpu_blocks - used_blocks(sim)
+        rows, preempted, free, budget = fit_running(
+            sim, k.block_size, free, k.max_num_batched_tokens
+        )
+        requeue_front(sim, preempted)
+        admitted = admit_in_order(
+            sim, rows, free, budget, k.max_num_seqs, True,
+            lambda req, q: blocks_needed(req, q, k.block_size),
+        )  # fmt: skip
+        admit(sim, admitted)
+        return Plan.of(rows, preempted=len(preempted))
 
     def prefills(self, sim, free: int) -> list:
         k, rows, admitted = self.knobs, [], []
@@ -319,12 +341,14 @@ class VllmV0Policy(Policy):
         return rows, preempted
 
     def rate(self, model, shape, i: int, o: int) -> float:
-        """Prefill steps apart from decode steps (rates.split_rate): as many running requests
+        """Prefill steps apart from decode steps (rates.split_rate; with chunked prefill
+        rates.mixed_rate): as many running requests
         as the KV blocks hold (input + output / 2 tokens each) and max_num_seqs allow (multi-step
         changes when tokens reach the client, not how many steps run)."""
         k = self.knobs
         rows = min(k.num_gpu_blocks * k.block_size / (i + o / 2), k.max_num_seqs)
-        return split_rate(model, shape, i, o, rows, k.max_num_batched_tokens)
+        rate = mixed_rate if k.enable_chunked_prefill else split_rate
+        return rate(model, shape, i, o, rows, k.max_num_batched_tokens)
 
 
 @policy("sglang")

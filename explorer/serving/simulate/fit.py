@@ -42,10 +42,19 @@ import time
 from dataclasses import dataclass, field
 
 from explorer.serving.simulate import published
+from explorer.serving.simulate.fit_stack import STACK_SOURCES, fit_stack
 from explorer.serving.simulate.published import _at_most
 from explorer.serving.simulate.whatif_settings import CHIP_FAMILIES
 
-TRAIN_SOURCES = published.FIT_SOURCES  # the training split, by source (printed by the fit)
+# the training split of the serving stages, by source (printed by the fit); the stack families'
+# own sources (fit_stack.STACK_SOURCES) are fitted sources too, for their family's terms only, and
+# ENGINE_SOURCES for their engine's request latency only (the light runs of that engine there)
+ENGINE_SOURCES = {"sglang": "S16", "trtllm": "S16"}
+TRAIN_SOURCES = tuple(
+    s
+    for s in published.FIT_SOURCES
+    if s not in STACK_SOURCES.values() and s not in ENGINE_SOURCES.values()
+)
 FIT_AT_MOST = 300  # requests per run simulated while fitting (the table simulates all of them)
 FIT_TOKENS = 40_000  # and output tokens per run while fitting
 LIGHT = 8  # a run of at most this many concurrent requests is light
@@ -95,6 +104,8 @@ class FitResult:
     held_out: list[str]
     summary: list[dict] = field(default_factory=list)  # published.summary of the fitted values
     seconds: float = 0.0
+    stacks: dict = field(default_factory=dict)  # stack family -> its values (fit_stack)
+    engines: dict = field(default_factory=dict)  # engine -> its request latency (ENGINE_SOURCES)
 
 
 # --- stage 1: Vidur's operator table ----------------------------------------------------------
@@ -192,21 +203,41 @@ def is_decode_heavy(point: dict) -> bool:
     return is_heavy(point) and output >= prompt / 2 and output >= 32
 
 
-def settings_for(point: dict, pooled: dict, families: dict) -> dict:
-    """The what-if settings a run is simulated with: pooled, then its chip family's."""
+def settings_for(point: dict, pooled: dict, families: dict, stacks: dict | None = None) -> dict:
+    """The what-if settings a run is simulated with: pooled, then its chip family's, then its
+    stack family's (`stacks`: family -> values; whatif_settings.STACK_DEFAULTS when None)."""
     from explorer.costs.hardware import chip_named
+    from explorer.serving.simulate.engine_map import policy_of
+    from explorer.serving.simulate.whatif_settings import STACK_DEFAULTS, stack_family
 
-    family = CHIP_FAMILIES.get(chip_named(point["chip"]).name, "")
-    return {**pooled, **families.get(family, {})}
+    chip = chip_named(point["chip"]).name
+    family = CHIP_FAMILIES.get(chip, "")
+    stack = stack_family(chip, policy_of(point["engine"])) or ""
+    stacks = STACK_DEFAULTS if stacks is None else stacks
+    return {**pooled, **families.get(family, {}), **stacks.get(stack, {})}
 
 
-def replay(points: list[dict], pooled: dict, families: dict) -> list[dict]:
-    """published.errors rows of every point at these settings (latency: pooled's, or the
-    point's own where its harness has none)."""
+def replay(
+    points: list[dict],
+    pooled: dict,
+    families: dict,
+    stacks: dict | None = None,
+    engines: dict | None = None,
+) -> list[dict]:
+    """published.errors rows of every point at these settings (latency: the point's own where
+    its harness has none, else its engine's in `engines` (ENGINE_DEFAULTS when None), else
+    pooled's)."""
+    from explorer.serving.simulate.engine_map import policy_of
+    from explorer.serving.simulate.whatif_settings import ENGINE_DEFAULTS
+
+    engines = ENGINE_DEFAULTS if engines is None else engines
     rows = []
     for p in points:
-        mine = {k: v for k, v in settings_for(p, pooled, families).items() if k in SIMULATED}
-        latency = p.get("what_if", {}).get("request_latency_s", pooled["request_latency_s"])
+        mine = settings_for(p, pooled, families, stacks)
+        mine = {k: v for k, v in mine.items() if k in SIMULATED}
+        engine = engines.get(policy_of(p["engine"]), {})
+        latency = engine.get("request_latency_s", pooled["request_latency_s"])
+        latency = p.get("what_if", {}).get("request_latency_s", latency)
         try:
             sim = published.simulate_point(p, mine)
         except ValueError as err:  # a run its scheduler cannot serve: unsupported, as the table has
@@ -314,6 +345,28 @@ def fit_serving(
     return values, terms
 
 
+def fit_engine_latency(points, pooled, families, stacks, progress=None):
+    """({engine: {"request_latency_s": s}}, terms): each engine of ENGINE_SOURCES on the light
+    runs of that engine in its source (fit_latency on their median TTFT, the other settings at
+    the fitted values)."""
+    from explorer.serving.simulate.engine_map import policy_of
+
+    engines, terms = {}, []
+    zero = {**pooled, "request_latency_s": 0.0}
+    for engine, source in ENGINE_SOURCES.items():
+        light = [p for p in points if p["source"] == source and is_light(p)
+                 and policy_of(p["engine"]) == engine]  # fmt: skip
+        if not light:
+            continue
+        value = fit_latency(replay(light, zero, families, stacks, engines={}))
+        engines[engine] = {"request_latency_s": value}
+        ids = ", ".join(p["id"] for p in light)
+        terms.append(Term("request_latency_s", value, engine, f"median TTFT of {ids}"))
+        if progress:
+            progress(f"{engine}: request_latency_s {value * 1e3:.0f} ms")
+    return engines, terms
+
+
 def fit_latency(rows: list[dict]) -> float:
     """The per-request latency (s) that minimises the mean |log error| of TTFT (grid, 1 ms)."""
     ttft = [r for r in rows if r["metric"] == "median_ttft_ms" and r["simulated"]]
@@ -330,7 +383,7 @@ def fit(points: list[dict], progress=None, at_most: int = FIT_AT_MOST, rows=None
     """Every stage (module docstring) on the training split of `points`; then the fitted and
     held-out runs replayed at the fitted values (at most `at_most` requests each), summarised."""
     start = time.perf_counter()
-    train, held = split(points)
+    train, _ = split(points)
     if not train:
         raise ValueError(
             f"--fit: no published run of the training sources ({', '.join(TRAIN_SOURCES)})"
@@ -338,17 +391,24 @@ def fit(points: list[dict], progress=None, at_most: int = FIT_AT_MOST, rows=None
     short = [_at_most(p, at_most, FIT_TOKENS) for p in points]
     pooled, families, terms = operator_terms(rows)
     serving, more = fit_serving(train, pooled, families, progress, at_most)
+    stacks, stacked = fit_stack(points, serving, families, progress)
+    engines, by_engine = fit_engine_latency(points, serving, families, stacks, progress)
+    stacked += by_engine
     if progress:
         progress("replaying every run at the fitted values")
-    summary = published.summary(replay(short, serving, families))
+    summary = published.summary(replay(short, serving, families, stacks, engines))
+    fitted = {p["source"] for p in train} | {STACK_SOURCES[f] for f in stacks}
+    fitted |= {ENGINE_SOURCES[e] for e in engines}
     return FitResult(
         serving,
         families,
-        terms + more,
-        sorted({p["source"] for p in train}),
-        sorted({p["source"] for p in held}),
+        terms + more + stacked,
+        sorted(fitted),
+        sorted({p["source"] for p in points} - fitted),
         summary,
         time.perf_counter() - start,
+        stacks,
+        engines,
     )
 
 
@@ -361,7 +421,10 @@ def report_lines(result: FitResult) -> list[str]:
     ]
     for t in result.terms:
         lines.append(f"  {t.name:<22}{t.family:<8}{_shown(t.name, t.value):>11}  {t.data}")
-    lines.append("chips of no measured family (MI300X, L4, ...) take the values marked all")
+    lines.append(
+        "chips of no measured family (MI300X, L4, ...) take the values marked all, unless a "
+        "stack family (below) names the chip and its engine"
+    )
     lines.append(
         f"median |error| per metric at the fitted values, runs cut to {FIT_AT_MOST:,} requests "
         f"and {FIT_TOKENS:,} output tokens (an all-at-once run cut below its batch reads slow "
@@ -382,8 +445,26 @@ def report_lines(result: FitResult) -> list[str]:
             f"the what-if's defaults differ from this fit: put {pooled} and the families' "
             f"{families} in whatif_settings.py and fit.FITTED / FITTED_FAMILIES"
         )
+    from explorer.serving.simulate.fit_stack import report_lines as stack_lines
+
+    lines += stack_lines(result.stacks)
+    from explorer.serving.simulate.whatif_settings import ENGINE_DEFAULTS
+
+    same = ENGINE_DEFAULTS == rounded_engines(result.engines)
+    lines.append(
+        f"per-engine request latency {rounded_engines(result.engines)}: "
+        + (
+            "the what-if's ENGINE_DEFAULTS are these"
+            if same
+            else "put these in whatif_settings.ENGINE_DEFAULTS"
+        )  # fmt: skip
+    )
     lines.append(f"fit took {result.seconds:.0f} s")
     return lines
+
+
+def rounded_engines(engines: dict) -> dict:
+    return {e: {k: round(v, 3) for k, v in d.items()} for e, d in engines.items()}
 
 
 def rounded(result: FitResult) -> tuple[dict, dict]:

@@ -23,7 +23,8 @@ from explorer._format import pct
 from explorer.model.loader import ASSETS
 
 PUBLISHED = ASSETS / "published" / "runs.json"
-FIT_SOURCES = ("S3", "S9")
+FIT_SOURCES = ("S3", "S9", "S15", "S16")  # S15: the cdna3-vllm-v0 stack family only
+# (fit_stack); S16: the SGLang and TensorRT-LLM request latencies only (fit.ENGINE_SOURCES)
 METRICS = (
     "output_throughput",
     "request_throughput",
@@ -247,6 +248,7 @@ def simulate_point(point: dict, settings: dict | None = None, policy: str | None
         int(point["tp"]),
         dtype=point["dtype"],
         kv_dtype=point.get("kv_dtype"),
+        engine=policy,
         **overrides,
     )
     wl, requests = point_requests(_at_most(point, SIMULATE_AT_MOST, SIMULATE_TOKENS))
@@ -292,10 +294,8 @@ def compare_all(
     """Measured vs simulated rows of every point (policy: one scheduler for all instead of the
     one each run's engine names; a point the what-if cannot run gives rows marked unsupported)."""
     from explorer.serving.simulate.engine_map import policy_of
-    from explorer.serving.simulate.whatif import DEFAULTS
 
     given = settings or {}  # what is not given: the chip's defaults (whatif.defaults_for)
-    latency = given.get("request_latency_s", DEFAULTS["request_latency_s"])
     rows = []
     for point in points:
         try:
@@ -304,7 +304,7 @@ def compare_all(
             )
         except ValueError as err:  # the what-if cannot run it: counted as unsupported, and why
             sim = {"unsupported": str(err)}
-        got = errors(point, sim, point.get("what_if", {}).get("request_latency_s", latency))
+        got = errors(point, sim, request_latency(point, given.get("request_latency_s"), policy))
         for row in got:
             row["policy"] = policy or policy_of(point["engine"])
             if "unsupported" in sim:
@@ -313,6 +313,21 @@ def compare_all(
         if progress:
             progress(point["id"])
     return rows
+
+
+def request_latency(point: dict, given: float | None = None, policy: str | None = None) -> float:
+    """The per-request latency a run's TTFT and E2E get: its own what_if value (an offline
+    harness: 0), else `given`, else its engine's default on its chip (defaults_for)."""
+    from explorer.costs.hardware import chip_named
+    from explorer.serving.simulate.engine_map import policy_of
+    from explorer.serving.simulate.whatif_settings import defaults_for
+
+    if "request_latency_s" in point.get("what_if", {}):
+        return point["what_if"]["request_latency_s"]
+    if given is not None:
+        return given
+    engine = policy or policy_of(point["engine"])
+    return defaults_for(chip_named(point["chip"]).name, engine)["request_latency_s"]
 
 
 def _at_most(point: dict, n: int, tokens: int | None = None) -> dict:
@@ -357,13 +372,19 @@ def _fingerprint(path=None) -> dict:
     import hashlib
 
     from explorer.serving.simulate.whatif import CHIP_RULE, DEFAULTS
-    from explorer.serving.simulate.whatif_settings import FAMILY_DEFAULTS
+    from explorer.serving.simulate.whatif_settings import (
+        ENGINE_DEFAULTS,
+        FAMILY_DEFAULTS,
+        STACK_DEFAULTS,
+    )
 
     return {
         "runs_sha256": hashlib.sha256(Path(path or PUBLISHED).read_bytes()).hexdigest(),
         "rule_sha256": hashlib.sha256(CHIP_RULE.encode()).hexdigest()[:16],
         "settings": dict(DEFAULTS),
         "family_settings": FAMILY_DEFAULTS,
+        "stack_settings": STACK_DEFAULTS,
+        "engine_settings": ENGINE_DEFAULTS,
         "fit_sources": list(FIT_SOURCES),
         "scheduler": "each run's engine (engine_map)",  # was: transformers' FIFO for every run
     }
@@ -402,6 +423,8 @@ def validation_summary(*, compute: bool = True, progress=None, save: bool = Fals
         "held_out_sources": sorted({p["source"] for p in data["points"]} - set(FIT_SOURCES)),
         "settings": {k: key["settings"][k] for k in SHOWN_SETTINGS},
         "family_settings": key["family_settings"],
+        "stack_settings": key["stack_settings"],
+        "engine_settings": key["engine_settings"],
         "sources": data["sources"],
         "report": report(rows, data["points"]),
     }

@@ -89,14 +89,15 @@ def chip_model(
     dtype: str | None = None,
     kv_dtype: str | None = None,
     expert_parallel: bool = False,
+    engine: str | None = None,
     **overrides,
 ) -> tuple[ChipStepModel, dict]:
     """(the on-paper step model, the engine knobs it implies: the KV blocks from memory).
-    dtype: the weights' ("fp8" for FP8 weights; default the model's); kv_dtype: the KV cache's;
-    expert_parallel: a mixture of experts' experts split whole across the `tp` GPUs."""
+    dtype: the weights' ("fp8": FP8 weights); kv_dtype: the KV cache's; expert_parallel: experts
+    split whole across the `tp` GPUs; engine: the policy (its defaults_for values, if any)."""
     check_settings(overrides)
     chip = chip_named(chip_name)
-    settings = {**defaults_for(chip.name), **overrides}
+    settings = {**defaults_for(chip.name, engine), **overrides}
     precision = Precision(chip_dtype(dtype or info.dtype), kv_dtype)
     precision.kv()  # refuses an unknown KV dtype
     shape = shape_of(info)

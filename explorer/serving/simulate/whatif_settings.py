@@ -149,9 +149,51 @@ FAMILY_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
-def defaults_for(chip_name: str) -> dict:
-    """The what-if's defaults on this chip: DEFAULTS with its family's fitted values over them."""
-    return {**DEFAULTS, **FAMILY_DEFAULTS.get(CHIP_FAMILIES.get(chip_name, ""), {})}
+# Per serving engine (a simulator policy), the per-request latency outside the engine loop
+# (HTTP, tokenising, the first token's trip through the API server), fitted on the light
+# (concurrency <= 8) runs of that engine in the training sources (fit.ENGINE_SOURCES); an
+# engine not here (vLLM, the lab's) takes DEFAULTS' request_latency_s, fitted on vLLM's runs.
+ENGINE_DEFAULTS: dict[str, dict[str, float]] = {
+    "sglang": {"request_latency_s": 0.02},
+    "trtllm": {"request_latency_s": 0.038},
+}
+# Realisation families of a chip under one generation of a serving stack, where the published
+# runs show the chip on paper (DEFAULTS) far from what that stack reached: name -> (the chip,
+# the simulator policies that select it, what it describes). Fitted on the published serving
+# runs of one source each (explorer.serving.simulate.fit_stack.STACK_SOURCES), the chip's
+# other sources held out.
+STACK_FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "cdna3-vllm-v0": (
+        "MI300X",
+        ("vllm-v0",),
+        "MI300X under vLLM before 0.8 (V0 engine; ROCm 6.1-6.2 builds of 2024, before the AITER "
+        "kernels and the V1 engine reached ROCm in 2025): vLLM 0.8+ on MI300X takes DEFAULTS",
+    ),
+}
+STACK_DEFAULTS: dict[str, dict[str, float]] = {
+    "cdna3-vllm-v0": {
+        "bw_efficiency": 0.549,
+        "sequence_overhead_s": 1.9268e-3,
+        "flop_efficiency": 0.082,
+    },
+}
+
+
+def stack_family(chip_name: str, engine: str | None = None) -> str | None:
+    """The STACK_FAMILIES name of this chip under this simulator policy (None: none)."""
+    for name, (chip, policies, _) in STACK_FAMILIES.items():
+        if chip == chip_name and engine in policies:
+            return name
+    return None
+
+
+def defaults_for(chip_name: str, engine: str | None = None) -> dict:
+    """The what-if's defaults on this chip: DEFAULTS with its family's fitted values over them,
+    and, under `engine` (a simulator policy such as "sglang"), the engine's and its stack
+    family's."""
+    stack = STACK_DEFAULTS.get(stack_family(chip_name, engine) or "", {})
+    chip = FAMILY_DEFAULTS.get(CHIP_FAMILIES.get(chip_name, ""), {})
+    return {**DEFAULTS, **chip, **ENGINE_DEFAULTS.get(engine or "", {}), **stack}
 
 
 SPECS: dict[str, Spec] = specs(WhatIf)

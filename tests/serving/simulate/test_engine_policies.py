@@ -102,6 +102,34 @@ def test_vllm_v0_runs_a_prefill_only_step_before_decodes():
     assert rows_of(pol.plan(State([decoding("d1")], []))) == [("d1", 1)]
 
 
+def test_vllm_v0_with_chunked_prefill_runs_decodes_first_then_chunks_waiting_prompts():
+    pol = make("vllm-v0", max_num_batched_tokens=64, enable_chunked_prefill=True)
+    sim = State([decoding("d1")], [waiting("w1", 40), waiting("w2", 200)])
+    assert rows_of(pol.plan(sim)) == [("d1", 1), ("w1", 40), ("w2", 23)]  # w2 cut to the rest
+    from types import SimpleNamespace
+
+    long = [SimpleNamespace(id="long", prompt_ids=[0] * 10_000, max_tokens=8)]
+    pol.check(long)  # a prompt past the budget is chunked, not refused
+    with pytest.raises(ValueError, match="no chunked prefill"):
+        make("vllm-v0", max_num_batched_tokens=64).check(long)
+
+
+def test_a_v0_run_maps_chunked_prefill_and_its_frontend_from_its_flags_and_context():
+    from explorer.serving.simulate.engine_map import V0_LONG_CONTEXT
+
+    run = {"id": "x", "engine": "vLLM 0.6.3", "model": "arch:llama-3.1-8b", "settings": ""}
+    run["settings"] = "--enable-chunked-prefill"  # (the model's context: S15's runs, above)
+    _, knobs, what_if = run_setup(run)
+    assert knobs["enable_chunked_prefill"] and what_if == {"sequence_overhead_s": 0.0}
+    said = {**run, "settings": "--enable-chunked-prefill=False --disable-frontend-multiprocessing"}
+    _, knobs, what_if = run_setup(said)
+    assert not knobs["enable_chunked_prefill"] and "sequence_overhead_s" not in what_if
+    short = {**run, "settings": "", "max_model_len": V0_LONG_CONTEXT}  # the model's own
+    assert not run_setup(short)[1]["enable_chunked_prefill"]
+    longer = {**run, "settings": f"--max-model-len {V0_LONG_CONTEXT + 1}"}
+    assert run_setup(longer)[1]["enable_chunked_prefill"]
+
+
 class Steps:
     """A step model of 1 ms per pass plus 1 us per query token."""
 
@@ -195,11 +223,19 @@ def test_every_published_run_maps_to_the_policy_of_its_engine_and_version():
             return "vllm"
         return "vllm-v0" if (int(found[1]), int(found[2])) < (0, 8) else "vllm"
 
+    # vLLM 0.6 chunked its prefills where max_model_len > 32K and the run did not turn it off:
+    # S13's H100 runs (--max-model-len 91680) and S15's (Llama-3.1-405B's 128K context)
+    chunked_v0 = {"S13-405b-8xh100", "S15-405b-8xmi300x"}
     for p in published.load()["points"]:
         assert policy_of(p["engine"]) == expected(p["engine"]), p["id"]
         policy, knobs, _ = run_setup(p)
+        if policy == "vllm-v0":
+            chunked = knobs.pop("enable_chunked_prefill")
+            assert chunked == any(p["id"].startswith(c) for c in chunked_v0), p["id"]
         if "--num-scheduler-steps 10" in (p.get("settings") or ""):
             assert knobs == {"num_scheduler_steps": 10}, p["id"]
+        elif "--num-scheduler-step 15" in (p.get("settings") or ""):  # S13 on MI300X
+            assert knobs == {} and not chunked, p["id"]  # (the flag's spelling is not read)
         elif policy == "trtllm" and p["workload"].get("input_len", 0) > 8192:  # 20,000 tokens
             assert knobs == {"enable_chunked_prefill": True}, p["id"]
         else:

@@ -102,3 +102,78 @@ def test_the_what_if_defaults_are_the_values_the_fit_module_says():
     for name, value in FAMILY_DEFAULTS["hopper"].items():
         assert defaults_for(hopper)[name] == value
     assert defaults_for("MI300X") == DEFAULTS  # no measured family: the pooled values
+
+
+def test_the_mi300x_stack_family_applies_to_vllm_v0_only_and_is_fitted_on_its_one_source():
+    from explorer.serving.simulate import fit_stack
+    from explorer.serving.simulate.whatif_settings import (
+        STACK_DEFAULTS,
+        STACK_FAMILIES,
+        stack_family,
+    )
+
+    chip, policies, _ = STACK_FAMILIES["cdna3-vllm-v0"]
+    assert (chip, policies) == ("MI300X", ("vllm-v0",))
+    old = defaults_for("MI300X", "vllm-v0")
+    assert old == {**DEFAULTS, **STACK_DEFAULTS["cdna3-vllm-v0"]} != DEFAULTS
+    assert defaults_for("MI300X", "vllm") == defaults_for("MI300X") == DEFAULTS  # vLLM >= 0.8
+    assert stack_family("H100 SXM", "vllm-v0") is None
+    from explorer.serving.simulate.whatif import chip_model
+
+    info = published._info("arch:llama-3.1-8b", "bfloat16")
+    model, _ = chip_model(info, "mi300x", 1, engine="vllm-v0")  # the what-if reads it too
+    assert model.settings["flop_efficiency"] == STACK_DEFAULTS["cdna3-vllm-v0"]["flop_efficiency"]
+    model, _ = chip_model(info, "mi300x", 1, engine="vllm")
+    assert model.settings["flop_efficiency"] == DEFAULTS["flop_efficiency"]
+    mi300x_v0 = {"chip": "mi300x", "engine": "vLLM 0.6.1 (ROCm)"}
+    got = fit.settings_for(mi300x_v0, dict(DEFAULTS), FAMILY_DEFAULTS)
+    assert {k: got[k] for k in STACK_DEFAULTS["cdna3-vllm-v0"]} == STACK_DEFAULTS["cdna3-vllm-v0"]
+    assert fit.settings_for({**mi300x_v0, "engine": "vLLM 0.10.0"}, {"x": 1}, {}) == {"x": 1}
+    # split by source: S15 fits the family (a fitted source), the serving stages do not see it,
+    # and the family's other runs (S13, S14 on MI300X) stay held out
+    source = fit_stack.STACK_SOURCES["cdna3-vllm-v0"]
+    assert source in published.FIT_SOURCES and source not in fit.TRAIN_SOURCES
+    points = published.load()["points"]
+    family = [p for p in points if fit_stack._family_of(p) == "cdna3-vllm-v0"]
+    assert {p["source"] for p in family} == {"S13", "S14", "S15"}
+    term_runs = {name: runs for name, runs, _ in fit_stack.stages(family)}
+    for runs in term_runs.values():
+        assert runs and {p["source"] for p in runs} <= {"S13", "S14", "S15"}
+    train = [p for p in family if p["source"] == source]
+    light, heavy, long = (runs for _, runs, _ in fit_stack.stages(train)[:3])
+    assert [p["workload"]["num_prompts"] for p in light] == [1, 2, 4]
+    assert min(p["workload"]["num_prompts"] for p in heavy) == 32
+    assert {p["workload"]["input_mean"] for p in long} == {10000}
+
+
+def test_offline_harnesses_have_no_api_server_and_s14_serves_llama_3_at_8k():
+    """Data fixes (assets/published/sources.md): S11's benchmark_latency, S12's trtllm-bench and
+    S14's run.py / benchmark_latency are offline (no request latency, no API server, as S7 and
+    S8); S14's Meta-Llama-3-8B has an 8,192-token context (vLLM 0.6.1: no chunked prefill)."""
+    points = published.load()["points"]
+    for p in points:
+        if p["source"] in ("S11", "S12", "S14"):
+            assert p["what_if"]["request_latency_s"] == p["what_if"]["stream_token_s"] == 0.0
+        if p["source"] == "S14" and p["chip"] == "mi300x":
+            assert p["max_model_len"] == 8192
+
+
+def test_sglang_and_trtllm_have_their_own_request_latency_fitted_on_s16_only():
+    from explorer.serving.simulate.whatif_settings import ENGINE_DEFAULTS
+
+    assert set(ENGINE_DEFAULTS) == set(fit.ENGINE_SOURCES) == {"sglang", "trtllm"}
+    for engine, source in fit.ENGINE_SOURCES.items():
+        assert source in published.FIT_SOURCES and source not in fit.TRAIN_SOURCES
+        mine = ENGINE_DEFAULTS[engine]["request_latency_s"]
+        assert defaults_for("H100 SXM", engine)["request_latency_s"] == mine
+    assert ENGINE_DEFAULTS["sglang"]["request_latency_s"] < DEFAULTS["request_latency_s"]
+    assert defaults_for("H100 SXM", "vllm")["request_latency_s"] == DEFAULTS["request_latency_s"]
+    points = {p["id"]: p for p in published.load()["points"]}
+    sglang = points["S1-8b-a100-sglang-rate4"]  # held out: its TTFT gets SGLang's latency
+    assert published.request_latency(sglang) == ENGINE_DEFAULTS["sglang"]["request_latency_s"]
+    assert (
+        published.request_latency(points["S1-8b-a100-vllm-rate4"]) == DEFAULTS["request_latency_s"]
+    )
+    offline = next(p for p in points.values() if p["source"] == "S7")
+    assert published.request_latency(offline) == 0.0  # an offline harness: no API server
+    assert published.request_latency(sglang, 0.01) == 0.01  # a given value wins
