@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import weakref
 
 import pytest
@@ -311,24 +310,35 @@ def test_ctrl_c_outside_a_run_keeps_the_scenario_partial(target, monkeypatch):
     assert part.partial and part.broken is None and "stopped before the broken run" in part.verdict
 
 
-def test_ctrl_c_during_a_scenario_from_the_shell_is_exit_130_without_traceback():
-    """The real signal, sent to a CLI process once its first run has started."""
+def _interrupt_a_scenario() -> tuple[int, str, str]:
+    """Run the CLI's small cold-start scenario and send the real SIGINT as soon as its fresh load
+    starts: (exit code, stdout, stderr)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
     cmd = [sys.executable, "-m", "explorer.cli", "scenario", "cold-start", "--scale", "small"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     err: list[str] = []
+    for line in proc.stderr:  # read here, not by a polling thread: the signal goes out at once
+        err.append(line)
+        if "loading a fresh copy" in line:
+            proc.send_signal(signal.SIGINT)
+            break
     reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
     reader.start()
-    deadline = time.monotonic() + 300
-    while not any("loading a fresh copy" in line for line in err) and proc.poll() is None:
-        assert time.monotonic() < deadline, "the scenario never started"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
     out = proc.stdout.read()
     proc.wait(60)
     reader.join(10)
-    text = "".join(err)
-    assert proc.returncode == 130, text
+    return proc.returncode, out, "".join(err)
+
+
+def test_ctrl_c_during_a_scenario_from_the_shell_is_exit_130_without_traceback():
+    """The real signal, sent to a CLI process once its first run has started. The small scenario
+    lasts about 2 s: on a loaded machine the signal can land after its last run (the process then
+    exits 0 with a complete result, which is not the case under test): tried up to 3 times."""
+    for _ in range(3):
+        code, out, text = _interrupt_a_scenario()
+        if not (code == 0 and "partial" not in out):
+            break
+    assert code == 130, text
     assert "Traceback" not in text and "interrupted (Ctrl-C)" in text.splitlines()[-1]
     assert "partial: the scenario was stopped" in out
 
