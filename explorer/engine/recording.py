@@ -50,7 +50,11 @@ class StepRecorder:
     ) -> Step:
         """Row 0's Step: the token's probabilities and ranks, top_n, stages, the draw, costs."""
         st = step_statistics(raw, stages, tokens[0], self.top_n, cdf_lo=draw is None)
-        top = [{"id": i, "text": self._text(i), "raw": a, "final": b} for i, a, b in st["top"]]
+        texts = self._text_cache  # a lookup per top-n token, decoded once per tokenizer
+        top = [
+            {"id": i, "text": texts[i] if i in texts else self._text(i), "raw": a, "final": b}
+            for i, a, b in st["top"]
+        ]
         draw_d = self._draw_record(draw, st)
         step = Step(
             index=index,
