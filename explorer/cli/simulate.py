@@ -120,6 +120,13 @@ def _add_check_flags(p) -> None:
         "`explorer simulate --hardware` and the Capacity tab show beside every answer",
     )
     p.add_argument("--models", default=VALIDATE_MODELS, help="--validate: models (comma-separated)")
+    p.add_argument(
+        "--repeats",
+        type=whole(1),
+        default=1,
+        help="--validate: measure each held-out workload N times (their median compared, their "
+        "spread shown beside each error; a miss inside it is named as such); default 1",
+    )
 
 
 def _add_gpu_flags(p) -> None:
@@ -160,6 +167,8 @@ def run(args) -> int:
     policy_class(args.engine)  # one line listing the engines it models
     if args.validate:
         return _validate(args)
+    if args.repeats != 1:
+        raise ValueError("--repeats goes with --validate (it repeats the measured runs)")
     if args.published:
         return _published(args)
     if args.capacity:
@@ -354,22 +363,29 @@ def _against(args, res) -> list[dict]:
 
 
 def _print_rows(rows: list[dict]) -> None:
+    spread = any(r.get("spread_pct") is not None for r in rows)  # measured more than once
     print(
         f"{'model':<22}{'workload':<44}{'metric':<20}{'measured':>10}{'simulated':>11}{'error':>9}"
+        + (f"{'spread':>9}" if spread else "")
     )
     for r in rows:
         err, m, s = pct(r["error_pct"], "+.1f"), number(r["measured"]), number(r["simulated"])
-        print(f"{r['model']:<22}{r['workload'][:42]:<44}{r['metric']:<20}{m:>10}{s:>11}{err:>9}")
+        line = f"{r['model']:<22}{r['workload'][:42]:<44}{r['metric']:<20}{m:>10}{s:>11}{err:>9}"
+        if spread:
+            line += f"{pct(r.get('spread_pct'), '.1f'):>9}"
+        print(line + (f"  ({r['note']})" if r.get("note") else ""))
 
 
 def _validate(args) -> int:
     from explorer.model.loader import load
-    from explorer.serving.simulate.validate import summary, validate
+    from explorer.serving.simulate.validate import SPREAD_RULE, summary, validate
 
     rows, fits = [], {}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         lm = load(name, device=args.device, dtype=args.dtype or "auto")
-        got, model = validate(lm, args.engine, refit=args.refit, progress=not args.json)
+        got, model = validate(
+            lm, args.engine, refit=args.refit, progress=not args.json, repeats=args.repeats
+        )
         rows.extend(got)
         fits[name] = model.summary()
     if args.json:
@@ -378,11 +394,24 @@ def _validate(args) -> int:
     _print_rows(rows)
     print("\nmedian |error| over the held-out workloads (target: 10% p50 and throughput, 20% p99):")
     for s in summary(rows):
-        mark = "met" if s["met"] else "MISSED"
-        print(f"  {s['model']:<22}{s['metric']:<20}{s['median_abs_error_pct']:6.1f}%  {mark}")
+        print(f"  {s['model']:<22}{s['metric']:<20}{s['median_abs_error_pct']:6.1f}%  {_mark(s)}")
+    if args.repeats > 1:
+        print(f"each workload measured {args.repeats} times; {SPREAD_RULE}")
     for name, text in fits.items():
         print(f"step model {name}: {text}")
     return 0
+
+
+def _mark(s: dict) -> str:
+    """met / MISSED for one metric's summary, and how many workloads' misses lie within the
+    measurement's own spread (when the workloads were measured more than once)."""
+    mark = "met" if s["met"] else "MISSED"
+    if s.get("spread_measured") and s["misses"]:
+        mark += (
+            f" ({s['misses_within_spread']} of {s['misses']} workloads' misses within the "
+            "measurement's own spread)"
+        )
+    return mark
 
 
 def _published(args) -> int:

@@ -253,6 +253,7 @@ class Shape:
 
 
 def _info_key(info: ModelInfo) -> tuple:
+    """Every field of a ModelInfo the cost model reads: one key per distinct shape."""
     moe = (
         info.num_experts or 0,
         info.experts_per_token or 0,

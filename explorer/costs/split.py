@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from explorer.costs.parts import BOUND_EXCLUDES, forward_cost, roofline
+from explorer.costs.shape import _info_key
 from explorer.model.loader import ModelInfo
 
 REGIME_RULE = (
@@ -99,11 +100,22 @@ def split(
     stack. flops: modelled FLOPs of the pass; nbytes: modelled bytes by part (Step.bytes); peaks:
     an explorer.costs.hardware.Peaks; floor_s: the measured overhead floor (None: fallback rule).
     Without a latency the floors and bound are still given."""
+    floors, counted = _floors(flops, nbytes, peaks)
+    return _split_with(flops, counted, floors, latency_s, peaks, floor_s)
+
+
+def _floors(flops: float, nbytes: dict[str, float], peaks) -> tuple[dict[str, float], float]:
+    """The floors (s) by part at `peaks`, and the bytes the bound counts (no latency needed)."""
     grouped = _floor_bytes(nbytes)
     counted = sum(v for k, v in grouped.items() if k not in BOUND_EXCLUDES)
     bandwidth = peaks.bandwidth_for(counted) * 1e9  # bytes/s, as roofline() uses
     floors = {k: v / bandwidth for k, v in grouped.items()}
     floors["compute"] = float(flops) / peaks.roofline_flops
+    return floors, counted
+
+
+def _split_with(flops, counted, floors, latency_s, peaks, floor_s) -> dict[str, Any]:
+    """split() from its floors and counted bytes (_floors)."""
     if latency_s is None or latency_s <= 0:
         bound_s, side = roofline(flops, counted, peaks)
         out = {"bound_s": bound_s, "bound": side, **dict.fromkeys(SPLIT_FIELDS)}
@@ -134,27 +146,74 @@ def step_roofline(
     achieved_gbps = bound_bytes / latency (weights + KV, not the activations estimate).
     logits_positions=1 when the forward computed the last position's logits only (last_only=True).
     experts_touched (MoE): distinct experts per MoE layer, as the router chose them in this pass."""
-    cost = forward_cost(
-        info,
-        batch=batch,
-        tokens_fed=tokens_fed,
-        context_len=context_len,
-        use_cache=use_cache,
-        logits_positions=logits_positions,
-        experts_touched=experts_touched,
-        kv_dtype=kv_dtype,
-    )
+    shape = (batch, tokens_fed, context_len, use_cache, logits_positions, experts_touched, kv_dtype)
+    key = _pass_key(info, *shape)
+    flops, nbytes, counted = _pass_cost(key, info, *shape)
     out: dict[str, Any] = dict.fromkeys(STEP_COST_FIELDS)
-    out.update(flops=cost.total_flops, bytes=cost.bytes)
+    out.update(flops=flops, bytes=nbytes)
     if latency_s is not None and latency_s > 0:
-        out["achieved_gbps"] = cost.bound_bytes / latency_s / 1e9
+        out["achieved_gbps"] = counted / latency_s / 1e9
         if peaks is not None:
             out["pct_of_peak_bw"] = 100.0 * out["achieved_gbps"] / peaks.bandwidth_gbps
     if peaks is not None:
-        parts = split(cost.total_flops, cost.bytes, latency_s, peaks, floor_s)
+        floors, split_counted = _pass_floors(key, flops, nbytes, peaks)
+        parts = _split_with(flops, split_counted, floors, latency_s, peaks, floor_s)
         out.update({k: parts[k] for k in ("bound_s", "bound", *SPLIT_FIELDS)})
         out["overhead_floor_s"] = floor_s
     return out
+
+
+# the latency-free part of a Step's costs, computed once per distinct pass shape: the model of a
+# shape never changes, and a Session's steps meet the same shapes again (a rerun, a rewind, a
+# fork, a benchmark's repeats); the oldest shape goes first past _CACHED_MAX
+_PASS_COSTS: dict[tuple, tuple[float, dict[str, float], float]] = {}
+_PASS_FLOORS: dict[tuple, tuple[Any, dict[str, float], float]] = {}
+_CACHED_MAX = 4096
+
+
+def _pass_key(
+    info: ModelInfo, batch, tokens_fed, context_len, use_cache, logits_positions, experts, kv_dtype
+) -> tuple:
+    experts = None if experts is None else tuple(experts)
+    return (_info_key(info), batch, tokens_fed, context_len, use_cache, logits_positions, experts,
+            kv_dtype)  # fmt: skip
+
+
+def _pass_cost(
+    key: tuple, info: ModelInfo, batch, tokens_fed, context_len, use_cache, logits_positions,
+    experts, kv_dtype,
+) -> tuple[float, dict[str, float], float]:  # fmt: skip
+    """(total FLOPs, bytes by part (a fresh dict), bound bytes) of one pass, from forward_cost."""
+    hit = _PASS_COSTS.get(key)
+    if hit is None:
+        cost = forward_cost(
+            info,
+            batch=batch,
+            tokens_fed=tokens_fed,
+            context_len=context_len,
+            use_cache=use_cache,
+            logits_positions=logits_positions,
+            experts_touched=experts,
+            kv_dtype=kv_dtype,
+        )
+        hit = _remember(_PASS_COSTS, key, (cost.total_flops, dict(cost.bytes), cost.bound_bytes))
+    return hit[0], dict(hit[1]), hit[2]
+
+
+def _pass_floors(key: tuple, flops: float, nbytes: dict[str, float], peaks):
+    """(floors by part (a fresh dict), counted bytes) of one pass at `peaks` (_floors)."""
+    hit = _PASS_FLOORS.get((key, id(peaks)))
+    if hit is None or hit[0] is not peaks:  # the Peaks object is kept: its id stays its own (a
+        # Peaks is measured once per process and device, then only read)
+        hit = _remember(_PASS_FLOORS, (key, id(peaks)), (peaks, *_floors(flops, nbytes, peaks)))
+    return dict(hit[1]), hit[2]
+
+
+def _remember(cache: dict, key, value):
+    if len(cache) >= _CACHED_MAX:
+        del cache[next(iter(cache))]
+    cache[key] = value
+    return value
 
 
 def split_step(step, peaks, floor_s: float | None = None) -> dict[str, Any]:

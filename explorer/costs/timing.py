@@ -19,7 +19,7 @@ from explorer.costs import noise
 
 def synchronize(device: torch.device | str) -> None:
     """Wait until all queued work on `device` is done (a no-op on CPU)."""
-    dev = torch.device(device)
+    dev = device if isinstance(device, torch.device) else torch.device(device)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     elif dev.type == "mps":

@@ -8,9 +8,13 @@ It reads the Session's fields (lm, sampling, top_n, batch_size, trace, the cache
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import torch
 
+from explorer.costs.calibrate import active as active_calibration
+from explorer.costs.split import step_roofline
+from explorer.engine.options import cache_kv_dtype
 from explorer.engine.prompt import decode_ids, token_text
 from explorer.engine.sampling import Draw, process, step_statistics
 from explorer.engine.trace import Step
@@ -46,7 +50,11 @@ class StepRecorder:
     ) -> Step:
         """Row 0's Step: the token's probabilities and ranks, top_n, stages, the draw, costs."""
         st = step_statistics(raw, stages, tokens[0], self.top_n, cdf_lo=draw is None)
-        top = [{"id": i, "text": self._text(i), "raw": a, "final": b} for i, a, b in st["top"]]
+        texts = self._text_cache  # a lookup per top-n token, decoded once per tokenizer
+        top = [
+            {"id": i, "text": texts[i] if i in texts else self._text(i), "raw": a, "final": b}
+            for i, a, b in st["top"]
+        ]
         draw_d = self._draw_record(draw, st)
         step = Step(
             index=index,
@@ -98,9 +106,6 @@ class StepRecorder:
 
     def _fill_costs(self, step: Step) -> None:
         """Modelled FLOPs and bytes of this forward (explorer.costs), against measured peaks."""
-        from explorer.costs import step_roofline
-        from explorer.engine.options import cache_kv_dtype
-
         costs = step_roofline(
             self.lm.info,
             batch=self.batch_size,
@@ -117,9 +122,7 @@ class StepRecorder:
         for key, value in costs.items():
             setattr(step, key, value)
         if self.trace.calibration is None:  # the calibration in use, saved with the trace
-            from explorer.costs.calibrate import active
-
-            cal = active(self.lm.info.name, str(self.device), self.lm.info.dtype)
+            cal = active_calibration(self.lm.info.name, self._device_name, self.lm.info.dtype)
             self.trace.calibration = cal.to_dict() if cal is not None else None
 
     def _peaks(self):
@@ -152,8 +155,22 @@ class StepRecorder:
             text = self._text_cache[token_id] = token_text(self.lm.tokenizer, token_id)
         return text
 
+    def _token_texts(self) -> dict[int, str]:
+        """The texts of this tokenizer's tokens decoded so far, shared by every Session on it (a
+        token's text never changes): a new Session does not decode its top-n tokens again."""
+        tok = self.lm.tokenizer
+        if tok is None:
+            return {}
+        try:
+            return _TOKEN_TEXTS.setdefault(tok, {})
+        except TypeError:  # a tokenizer that takes no weak reference: this Session's own
+            return {}
+
     def _decode(self, ids: list[int]) -> str:
         return decode_ids(self.lm.tokenizer, ids)
+
+
+_TOKEN_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {id: text}
 
 
 def _plain(obj):

@@ -217,7 +217,7 @@ def step_statistics(
     row: int = 0,
     cdf_lo: bool = True,
 ) -> dict:
-    """Everything a recorded step needs about `token` in row `row`, in one pass and one copy to the host.
+    """Everything a recorded step needs about `token` in row `row`, in one pass and two copies to the host.
 
     Equal to stage_summary() and entropy() (tests check it), but each distinct stage tensor is
     handled once (a stage that is switched off returns its input unchanged) and the work is batched.
@@ -235,58 +235,66 @@ def step_statistics(
         else uniq[0][row : row + 1].float()
     )  # [U, V]
     u, n = x.shape[0], top_n
-    numbers = _stat_numbers(x, token, n, cdf_lo)
-    negent, kept_n, mass = numbers[:u], numbers[u : 2 * u], numbers[2 * u : 2 * u + u * u]
-    base = 2 * u + u * u
-    prob, rank = numbers[base : base + u], numbers[base + u : base + 2 * u]
-    ids, tops = (
-        numbers[base + 2 * u : base + 2 * u + n],
-        numbers[base + 2 * u + n : base + 2 * u + n + u * n],
-    )
-    lo = numbers[base + 2 * u + n + u * n :] if cdf_lo else None
+    numbers, counts = _stat_numbers(x, token, n, cdf_lo)
+    negent, mass = numbers[:u], numbers[u : u + u * u]
+    base = u + u * u
+    prob, tops = numbers[base : base + u], numbers[base + u : base + u + u * n]
+    lo = numbers[base + u + u * n :] if cdf_lo else None
+    kept_n, rank, ids = counts[:u], counts[u : 2 * u], counts[2 * u :]
     f = where[-1]
     summary = [
-        {"name": name, "mass": mass[where[i] * u + where[i + 1]], "kept": int(kept_n[where[i + 1]])}
+        {"name": name, "mass": mass[where[i] * u + where[i + 1]], "kept": kept_n[where[i + 1]]}
         for i, (name, _) in enumerate(stages)
     ]
     return {
         "prob_raw": prob[0],
         "prob_final": prob[f],
-        "rank_raw": int(rank[0]),
-        "rank_final": int(rank[f]),
+        "rank_raw": rank[0],
+        "rank_final": rank[f],
         "entropy_raw": -negent[0],
         "entropy_final": -negent[f],
         "cdf_lo_final": lo[f] if cdf_lo else None,
         "stages": summary,
-        "top": [(int(i), tops[j], tops[f * n + j]) for j, i in enumerate(ids)],
+        "top": [(i, tops[j], tops[f * n + j]) for j, i in enumerate(ids)],
     }
 
 
-def _stat_numbers(x: torch.Tensor, token: int, n: int, cdf_lo: bool) -> list[float]:
+def _stat_numbers(x: torch.Tensor, token: int, n: int, cdf_lo: bool) -> tuple[list, list]:
     """step_statistics' device phase: every figure of the U distinct stages x [U, V], computed in
-    one batch and copied to the host in one .tolist() (the order step_statistics unpacks).
+    one batch and copied to the host in two .tolist() calls, (floats, counts), in the order
+    step_statistics unpacks.
 
     Few kernels, no [U, U, V] temporary: the masses of every distribution on every stage's kept
-    tokens are one [U, V] @ [V, U] product, and torch.cat promotes the integer parts to float."""
+    tokens are one [U, V] @ [V, U] product. The floats and the integer counts go in two lists
+    (one cat each: a cat of one dtype costs a fraction of a promoting one)."""
     u = x.shape[0]
     logp = x.log_softmax(dim=-1)  # [U, V]
     p = logp.exp()
-    kept = x > NEG_INF  # [U, V] tokens a stage kept (filtered tokens are -inf)
-    above = x > x[:, token : token + 1]  # [U, V] tokens ranked above the token
+    kept = x > _neg_inf(x.device)  # [U, V] tokens a stage kept (filtered tokens are -inf)
+    above = x > x.narrow(1, token, 1)  # [U, V] tokens ranked above the token
     top_ids = torch.topk(x[0], n).indices  # [n]
-    parts = [
+    floats = [
         (p * logp).nansum(-1),  # [U] minus the entropy; 0 * -inf terms are dropped
-        kept.sum(-1),  # [U] tokens kept
         # [U*U] mass of distribution i on the tokens kept in j (i == j: all of it, p is 0 where x is -inf)
         (p @ kept.T.to(p.dtype)).flatten() if u > 1 else p.sum(-1),
-        p[:, token],  # [U] probability of the token
-        above.sum(-1),  # [U] its rank
-        top_ids,
-        p[:, top_ids].flatten(),  # [n] (exact in float32 below 2**24), [U*n]
+        p.select(1, token),  # [U] probability of the token
+        p.index_select(1, top_ids).flatten(),  # [U*n]
     ]
     if cdf_lo:
-        parts.append((p * above).sum(-1))  # [U] mass ranked above it
-    return torch.cat(parts).to(p.dtype).tolist()  # cat promotes the integer parts
+        floats.append((p * above).sum(-1))  # [U] mass ranked above it
+    counts = torch.cat([kept.sum(-1), above.sum(-1), top_ids])  # [U] kept, [U] rank, [n] ids
+    return torch.cat(floats).tolist(), counts.tolist()
+
+
+_NEG_INF: dict[torch.device, torch.Tensor] = {}
+
+
+def _neg_inf(device: torch.device) -> torch.Tensor:
+    """-inf as a 0-dim tensor on `device` (a comparison with a tensor skips wrapping a number)."""
+    t = _NEG_INF.get(device)
+    if t is None:
+        t = _NEG_INF[device] = torch.tensor(NEG_INF, device=device)
+    return t
 
 
 def _index_by_identity(uniq: list[torch.Tensor], t: torch.Tensor) -> int:

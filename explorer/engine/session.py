@@ -146,7 +146,7 @@ class Session(StepViews, StepRecorder):
         self._finished = [False] * self.batch_size
         self._last = None  # (step index, raw logits [B, V], stages) of the latest forward
         self._timer = Timer(self.device)
-        self._text_cache: dict[int, str] = {}
+        self._text_cache = self._token_texts()  # {token id: text}, shared per tokenizer
         self._override: dict | None = None  # sampling fields when they differ from trace.settings
         self._device_name = str(self.device)
         self._peaks_cache = None  # explorer.costs.hardware.Peaks, measured on the first step

@@ -88,7 +88,7 @@ def kv_cache_bytes(cache: DynamicCache | None) -> int:
     for layer in cache.layers:
         for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
             if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
+                total += t.nbytes  # numel x element size
         if hasattr(layer, "_quantized_keys"):
             total += _quantized_bytes(layer)
     return total

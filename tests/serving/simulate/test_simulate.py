@@ -174,10 +174,49 @@ def test_validation_rows_carry_the_result_keys():
         {"median_ttft_ms": 11.0, "output_throughput": 90.0},
     )
     by = {r["metric"]: r for r in rows}
-    assert set(rows[0]) == {"model", "workload", "metric", "measured", "simulated", "error_pct"}
+    assert set(rows[0]) == {"model", "workload", "metric", "measured", "simulated", "error_pct",
+                            "measured_runs", "spread_pct", "within_spread", "note"}  # fmt: skip
     assert by["median_ttft_ms"]["error_pct"] == pytest.approx(10.0)
     assert by["output_throughput"]["error_pct"] == pytest.approx(-10.0)
     assert by["p99_ttft_ms"]["error_pct"] is None  # not measured: no error invented
+    # measured once: no spread, no verdict about it
+    assert by["median_ttft_ms"]["spread_pct"] is None and by["median_ttft_ms"]["note"] is None
+
+
+def test_validation_shows_the_measured_runs_spread_and_names_a_miss_inside_it(capsys):
+    from explorer.cli.simulate import _mark, _print_rows
+    from explorer.serving.simulate.validate import WITHIN_SPREAD, median_result, summary
+
+    runs = [  # three synthetic runs of one workload: TTFT noisy, TPOT steady
+        {"median_ttft_ms": 8.0, "median_tpot_ms": 5.0, "output_throughput": 100.0},
+        {"median_ttft_ms": 10.0, "median_tpot_ms": 5.1, "output_throughput": 110.0},
+        {"median_ttft_ms": 14.0, "median_tpot_ms": 5.2, "output_throughput": 90.0},
+    ]
+    measured = median_result(runs)
+    assert measured["median_ttft_ms"] == 10.0 and measured["output_throughput"] == 100.0
+    assert median_result(runs[:1]) == runs[0]  # one run: itself
+    simulated = {"median_ttft_ms": 13.0, "median_tpot_ms": 6.0, "output_throughput": 91.0}
+    by = {r["metric"]: r for r in compare("m", "w", measured, simulated, runs)}
+    ttft, tpot, thr = by["median_ttft_ms"], by["median_tpot_ms"], by["output_throughput"]
+    assert ttft["measured_runs"] == [8.0, 10.0, 14.0]
+    assert ttft["spread_pct"] == pytest.approx(60.0)  # (14 - 8) / 10
+    assert ttft["error_pct"] == pytest.approx(30.0)  # a miss of the 10% target ...
+    assert ttft["within_spread"] is True and ttft["note"] == WITHIN_SPREAD  # ... inside the noise
+    assert tpot["error_pct"] == pytest.approx(17.647, abs=1e-3) and tpot["within_spread"] is False
+    assert tpot["note"] is None  # a miss outside the runs' range is a real miss
+    assert thr["within_spread"] is True and thr["note"] is None  # inside, and no miss at all
+    assert by["p99_ttft_ms"]["spread_pct"] is None and by["p99_ttft_ms"]["measured_runs"] == []
+    s = {x["metric"]: x for x in summary(list(by.values()))}
+    assert s["median_ttft_ms"]["misses"] == 1 and s["median_ttft_ms"]["misses_within_spread"] == 1
+    assert s["median_tpot_ms"]["misses"] == 1 and s["median_tpot_ms"]["misses_within_spread"] == 0
+    assert s["output_throughput"]["misses"] == 0 and s["median_ttft_ms"]["spread_measured"]
+    _print_rows(list(by.values()))  # the CLI's table: a spread column, the miss named
+    table = capsys.readouterr().out.splitlines()
+    assert "spread" in table[0]
+    line = next(t for t in table if "median_ttft_ms" in t)
+    assert "+30.0%" in line and "60.0%" in line and line.endswith(f"({WITHIN_SPREAD})")
+    assert _mark(s["median_ttft_ms"]).endswith("(1 of 1 workloads' misses within the "
+                                               "measurement's own spread)")  # fmt: skip
 
 
 def test_cli_simulate_on_paper_prints_modelled_json(capsys):
@@ -275,7 +314,8 @@ def test_cli_simulate_capacity_prints_the_answer_and_refuses_bad_input(capsys):
     err = capsys.readouterr().err
     assert "rate must be > 0" in err and len(err.splitlines()) == 1
     for bad, words in ((["--capacity", "--check-prompts", "10"], "from 500 to"),
-                       (["--check-prompts", "1000"], "goes with --capacity")):  # fmt: skip
+                       (["--check-prompts", "1000"], "goes with --capacity"),
+                       (["--repeats", "2"], "goes with --validate")):  # fmt: skip
         assert main([*flags, *bad, "--goodput", "ttft:200", "--json"]) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.splitlines()) == 1, err
