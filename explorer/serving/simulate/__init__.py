@@ -17,8 +17,9 @@ calibration), run (simulate(): a workload through a policy to a modelled Serving
 published (the what-if against published GPU serving runs) and published_report (its errors per
 source, engine, chip and scheduler, with coverage), operators and operators_report (the
 chip rule per operator against Vidur's measured GPU operator times, and its report), fit (the
-what-if's settings fitted on a stated split by source) and fit_stack (a chip's realisation under
-one generation of a serving stack, e.g. MI300X under vLLM < 0.8, fitted on one source).
+what-if's settings fitted on a stated split by source), fit_stack (a chip's realisation under
+one generation of a serving stack, e.g. MI300X under vLLM < 0.8, fitted on one source) and
+fit_replay (what both fits share: a published run replayed at trial settings, and the search).
 """
 
 from __future__ import annotations

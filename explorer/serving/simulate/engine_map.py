@@ -23,6 +23,7 @@ max_num_tokens (8,192) served them, so its context chunking was on.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 FAMILIES = {  # the engine's name as runs write it (lower case) -> its policy family
     "vllm": "vllm",
@@ -123,7 +124,14 @@ def v0_chunked(point: dict, flags: str, length: str | None) -> bool:
     length = length or point.get("max_model_len")  # the served model's own context, stated
     if length:
         return int(length) > V0_LONG_CONTEXT
-    from explorer.serving.simulate.published import _info  # cached: the run's own shape
-
-    context = _info(point["model"], "bfloat16").max_positions or 0
+    context = run_shape(point["model"], "bfloat16").max_positions or 0
     return context > V0_LONG_CONTEXT
+
+
+@lru_cache(maxsize=16)
+def run_shape(name: str, dtype: str):
+    """A published run's model shape (explorer.model.loader.arch_info), cached: every run of a
+    source shares it."""
+    from explorer.model.loader import arch_info
+
+    return arch_info(name, dtype)

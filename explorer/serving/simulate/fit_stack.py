@@ -58,7 +58,7 @@ def stages(points: list[dict]) -> list[tuple[str, list[dict], tuple[str, ...]]]:
 
 def fit_stack(points: list[dict], pooled: dict, families: dict, progress=None):
     """({family: fitted values}, [fit.Term]) of every stack family whose source is in `points`."""
-    from explorer.serving.simulate.fit import Term
+    from explorer.serving.simulate.fit_replay import Term
 
     values: dict[str, dict] = {}
     terms = []
@@ -87,7 +87,7 @@ def _family_of(point: dict) -> str | None:
 def _search(name, runs, metrics, pooled, families, stack, progress) -> float:
     """The value of `name` where the runs' median signed log error on `metrics` is 0 (`stack`:
     the family's name and its values so far)."""
-    from explorer.serving.simulate import fit
+    from explorer.serving.simulate import fit_replay as fit
 
     efficiency = name.endswith("efficiency")
 

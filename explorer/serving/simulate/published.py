@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from functools import lru_cache
 from pathlib import Path
 
 from explorer._format import pct
@@ -215,20 +214,13 @@ def point_requests(point: dict):
     )
 
 
-@lru_cache(maxsize=16)
-def _info(name: str, dtype: str):
-    from explorer.model.loader import arch_info
-
-    return arch_info(name, dtype)
-
-
 def simulate_point(point: dict, settings: dict | None = None, policy: str | None = None) -> dict:
     """The what-if's result keys for one published run (`settings`, then the point's own
     what_if settings and its engine flags, over the chip's defaults) under the scheduler its
     engine ran (engine_map.run_setup; `policy`: another one, e.g. "continuous"); the per-request
     latency is left out (errors() adds it: the point's what_if request_latency_s where it gives
     one, as an offline harness does)."""
-    from explorer.serving.simulate.engine_map import run_setup
+    from explorer.serving.simulate.engine_map import run_setup, run_shape
     from explorer.serving.simulate.engine_policies import chip_knobs
     from explorer.serving.simulate.run import simulate
     from explorer.serving.simulate.whatif import check_context, chip_model
@@ -238,7 +230,7 @@ def simulate_point(point: dict, settings: dict | None = None, policy: str | None
         knobs, flags_what_if = {}, {}
     policy = policy or mapped
     weights = "bfloat16" if point["dtype"] == "fp8" else point["dtype"]
-    info = _info(point["model"], weights)
+    info = run_shape(point["model"], weights)
     # the run's own settings (its engine's flags, its harness's) win over the what-if's
     stated = {**flags_what_if, **point.get("what_if", {})}
     overrides = {**(settings or {}), **stated, "request_latency_s": 0.0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.serving.simulate import fit, published
+from explorer.serving.simulate import engine_map, fit, published
 from explorer.serving.simulate.operators import OperatorRow
 from explorer.serving.simulate.whatif_settings import (
     CHIP_FAMILIES,
@@ -120,7 +120,7 @@ def test_the_mi300x_stack_family_applies_to_vllm_v0_only_and_is_fitted_on_its_on
     assert stack_family("H100 SXM", "vllm-v0") is None
     from explorer.serving.simulate.whatif import chip_model
 
-    info = published._info("arch:llama-3.1-8b", "bfloat16")
+    info = engine_map.run_shape("arch:llama-3.1-8b", "bfloat16")
     model, _ = chip_model(info, "mi300x", 1, engine="vllm-v0")  # the what-if reads it too
     assert model.settings["flop_efficiency"] == STACK_DEFAULTS["cdna3-vllm-v0"]["flop_efficiency"]
     model, _ = chip_model(info, "mi300x", 1, engine="vllm")
