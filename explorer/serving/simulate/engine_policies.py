@@ -51,6 +51,16 @@ def take(rows: list, req: SimRequest, q: int, need: int) -> int:
     return need
 
 
+def refuse_longer(requests, tokens: int, budget: str) -> None:
+    """A scheduler that cannot chunk a prompt cannot serve one longer than its per-step token
+    budget: the first such request refused, in one line (`budget` says which budget)."""
+    for r in requests:
+        if len(r.prompt_ids) > tokens:
+            raise ValueError(
+                f"request {r.id}: its {len(r.prompt_ids)}-token prompt is longer than {budget}"
+            )
+
+
 def admit_in_order(sim, rows, free: int, budget: int, max_running: int, chunked: bool, blocks_for):
     """Waiting requests in arrival order while max_running, the token budget and the free KV
     blocks allow; the first that does not fit stops the queue (FCFS). A prompt longer than the
@@ -267,12 +277,9 @@ class VllmV0Policy(Policy):
     def check(self, requests) -> None:
         k = self.knobs
         check_fits(requests, k.num_gpu_blocks, k.block_size, "vllm-v0")
-        for r in requests:
-            if not k.enable_chunked_prefill and len(r.prompt_ids) > k.max_num_batched_tokens:
-                raise ValueError(
-                    f"request {r.id}: its {len(r.prompt_ids)}-token prompt is longer than the "
-                    f"vllm-v0 token budget ({k.max_num_batched_tokens}, no chunked prefill)"
-                )
+        if not k.enable_chunked_prefill:
+            budget = f"the vllm-v0 token budget ({k.max_num_batched_tokens}, no chunked prefill)"
+            refuse_longer(requests, k.max_num_batched_tokens, budget)
 
     def plan(self, sim) -> Plan | None:
         k = self.knobs
@@ -522,11 +529,9 @@ class TrtllmPolicy(Policy):
                     f"request {r.id} needs {whole} KV blocks, more than TensorRT-LLM's "
                     f"{k.num_kv_blocks}"
                 )
-            if not k.enable_chunked_prefill and len(r.prompt_ids) > k.max_num_tokens:
-                raise ValueError(
-                    f"request {r.id}: its {len(r.prompt_ids)}-token context is longer than "
-                    f"max_num_tokens ({k.max_num_tokens}) and context chunking is off"
-                )
+        if not k.enable_chunked_prefill:
+            budget = f"max_num_tokens ({k.max_num_tokens}) and context chunking is off"
+            refuse_longer(requests, k.max_num_tokens, budget)
 
     def plan(self, sim) -> Plan | None:
         k = self.knobs
