@@ -369,6 +369,20 @@ def _measured(value):
     return lambda d: d["points"][0]["measured"].__setitem__("median_ttft_ms", value)
 
 
+def _replay_edit(num_prompts=None, short_outputs=False):
+    """An edit of the first replayed run (S13's 1,000 ShareGPT requests): a num_prompts beside
+    its lengths, or one output length too few."""
+
+    def edit(d):
+        wl = next(p for p in d["points"] if p["workload"]["kind"] == "replay")["workload"]
+        if num_prompts is not None:
+            wl["num_prompts"] = num_prompts
+        if short_outputs:
+            wl["output_lens"].pop()
+
+    return edit
+
+
 @pytest.mark.parametrize(
     "edit, words",
     [
@@ -384,6 +398,8 @@ def _measured(value):
         (lambda d: d["points"][0].__setitem__("tp", 0), "tp must be a whole number >= 1"),
         (lambda d: d["points"][0]["workload"].__setitem__("num_prompts", -1), "workload.num_prompts must be a finite number > 0"),
         (lambda d: d["points"].__setitem__(0, 5), "a point must be a JSON object, got int"),
+        (_replay_edit(num_prompts=5), "a replay has one input and one output length per request: 1000 input_lens, 1000 output_lens, num_prompts 5"),
+        (_replay_edit(short_outputs=True), "1000 input_lens, 999 output_lens"),
         (lambda d: d.__setitem__("points", []), "its 'points' list is empty"),
     ],
 )  # fmt: skip

@@ -175,6 +175,14 @@ def check_workload_numbers(wl: dict, where: str) -> None:
         if lens is not None and (not isinstance(lens, list) or not lens
                                  or not all(_number(n) and n >= 1 for n in lens)):  # fmt: skip
             raise ValueError(f"{where}: workload.{key} must be a list of lengths >= 1")
+    if wl.get("kind") == "replay":  # its requests are its lengths, one pair per request
+        n, m = len(wl["input_lens"]), len(wl["output_lens"])
+        if n != m or wl.get("num_prompts", n) != n:
+            raise ValueError(
+                f"{where}: a replay has one input and one output length per request: "
+                f"{n} input_lens, {m} output_lens"
+                + (f", num_prompts {wl['num_prompts']!r}" if "num_prompts" in wl else "")
+            )
 
 
 def point_requests(point: dict):
