@@ -406,5 +406,17 @@ def test_private_state_is_read_by_its_owner_only():
         if p.name != "session.py"
     }
     assert not {k: v for k, v in last.items() if v}, "Session._last read outside the Session"
+    state = {  # a Session's rows (ids, mask, cache): Session.inputs() and cache_copy() give them
+        str(p.relative_to(ROOT)): [
+            u
+            for a in ("_ids", "_mask", "_cache")
+            for u in _private_uses(p.read_text(), a)
+            if u.startswith("session.")
+        ]
+        for p in _modules()
+        if p.name != "session.py"
+    }
+    state = {k: v for k, v in state.items() if v}
+    assert not state, f"Session state read outside it: {state}"
     pays = {p.name: _private_uses(p.read_text()) for p in (PKG / "sweeps" / "pays").glob("*.py")}
     assert not {k: v for k, v in pays.items() if v}, f"pays reads private attributes: {pays}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from explorer.model.passes import copy_cache, crop_cache, forward, position_ids
+from explorer.model.passes import copy_cache, forward, position_ids
 
 
 @dataclass
@@ -70,14 +70,13 @@ def replay_of(session, step: int | None = None) -> Replay:
             else f"no step has run yet: only the pending prefill (step 0) can be replayed, got {step!r}"
         )
     if not steps:  # the pending prefill
-        ids, past, chosen = session._ids, 0, None
+        (ids, mask), past, chosen = session.inputs(), 0, None
     else:
         rec = steps[step]
-        ids = session._ids[:, : rec.context_len]
+        ids, mask = session.inputs(rec.context_len)
         past = rec.context_len - rec.tokens_fed
         chosen = rec.token_id
-    mask = None if session._mask is None else session._mask[:, : ids.shape[1]]
-    cache = None
-    if session._cache is not None:
-        cache = crop_cache(copy_cache(session._cache), past) if past else DynamicCache()
+    cache = session.cache_copy(past)  # None: the session keeps no cache
+    if cache is not None and not past:
+        cache = DynamicCache()  # a prefill from the first position
     return Replay(step, ids, mask, past, cache, chosen)

@@ -230,12 +230,27 @@ class Session(StepViews, StepRecorder):
         """The raw logits [B, V] of the latest step (None before the first step, after rewind)."""
         return None if self._last is None else self._last[1]
 
-    def cache_head(self, n: int):
-        """A copy of the KV cache's first n positions, row 0 only (ValueError: it holds fewer)."""
-        held = cache_length(self._cache) if self._cache is not None else 0
+    def inputs(self, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(token ids [B, L], attention mask [B, L] or None) of every row's first `length`
+        positions (default: all so far)."""
+        ids = self._ids if length is None else self._ids[:, :length]
+        return ids, None if self._mask is None else self._mask[:, : ids.shape[1]]
+
+    def cache_copy(self, n: int):
+        """A copy of the KV cache's first n positions, every row (None: no cache kept;
+        ValueError: it holds fewer)."""
+        if self._cache is None:
+            return None
+        held = cache_length(self._cache)
         if held < n:
             raise ValueError(f"the session's cache holds {held} positions, fewer than {n}")
-        cache = crop_cache(copy_cache(self._cache), n)
+        return crop_cache(copy_cache(self._cache), n)
+
+    def cache_head(self, n: int):
+        """A copy of the KV cache's first n positions, row 0 only (ValueError: it holds fewer)."""
+        if self._cache is None:
+            raise ValueError(f"the session's cache holds 0 positions, fewer than {n}")
+        cache = self.cache_copy(n)
         if self.batch_size > 1:
             with torch.inference_mode():
                 cache.batch_select_indices(torch.tensor([0], device=self.device))
