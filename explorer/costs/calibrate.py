@@ -262,6 +262,14 @@ def _why_folded(term: str, reason: str) -> str:
     return f"{into}: {reason}"
 
 
+def _outlier_note(p: dict) -> str:
+    return (
+        f"left out of the fit: {p['model']} batch {p['batch']} context {p['context_len']} measured "
+        f"{p['latency_s'] * 1e3:.1f} ms, over {100 * rule_.OUTLIER_LIMIT:.0f}% above the fit to the "
+        "other steps (another process slowed it)"
+    )
+
+
 def _prefold(terms: tuple[str, ...], train: list[dict]) -> dict[str, str]:
     """Terms no grid like this one could determine: one model shape (no per-layer term), only
     one-row or only multi-row steps (no multi-row term)."""
@@ -304,9 +312,14 @@ def fit(
         )
     prefolded = _prefold(rule_.TERMS[rule], train)
     terms = tuple(t for t in rule_.TERMS[rule] if t not in prefolded)
+    slowed = rule_.outliers(terms, train, keep=max(need, len(terms) + 1))
+    outliers = [p for i, p in enumerate(train) if i in slowed]
+    train = [p for i, p in enumerate(train) if i not in slowed]
     x, folded, ident = rule_.identify(terms, train, _why_folded)
     folded = prefolded | folded
-    notes = [f"{name}: {why}" for name, why in folded.items()]
+    notes = [f"{name}: {why}" for name, why in folded.items()] + [
+        _outlier_note(p) for p in outliers
+    ]
     cal = Calibration(
         s_per_byte=x.get("s_per_byte", 0.0),
         s_per_flop=x.get("s_per_flop", 0.0),
@@ -328,9 +341,8 @@ def fit(
         _errors([cal.predict_point(p) for p in train], [p["latency_s"] for p in train])
     )
     _score(cal, heldout)
-    cal.points = [p | {"split": "train"} for p in train] + [
-        p | {"split": "heldout"} for p in heldout
-    ]
+    splits = (("train", train), ("heldout", heldout), ("outlier", outliers))
+    cal.points = [p | {"split": name} for name, mine in splits for p in mine]
     return cal
 
 

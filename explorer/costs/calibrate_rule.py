@@ -54,6 +54,7 @@ TERMS = {
 }
 FOLDABLE = ("layer_overhead_s", "s_per_byte_multirow")  # tried in this order when undetermined
 IDENTIFY_LIMIT = 0.25  # largest leave-one-out relative change of a reported coefficient
+OUTLIER_LIMIT = 0.5  # a training step measured this much slower than the fit predicts: dropped
 
 
 def rows(point: dict) -> int:
@@ -123,6 +124,26 @@ def loo_spread(terms, points, fitted: dict[str, float]) -> dict[str, float | Non
             if fitted[t] > 0:
                 worst[t] = max(worst[t], abs(again[t] - fitted[t]) / fitted[t])
     return {t: (worst[t] if fitted[t] > 0 else None) for t in terms}
+
+
+def outliers(terms, points: list[dict], keep: int) -> list[int]:
+    """Training steps another process slowed: measured more than OUTLIER_LIMIT above what the fit
+    to all of them predicts (interference only ever adds time), worst first, at most a quarter of
+    the points and never below `keep` points; refitted after each drop."""
+    dropped: list[int] = []
+    while len(points) - len(dropped) > keep and len(dropped) < len(points) // 4:
+        rest = [i for i in range(len(points)) if i not in dropped]
+        fitted = solve(terms, [points[i] for i in rest])
+        over = {
+            i: points[i]["latency_s"]
+            / max(sum(fitted[t] * column(t, points[i]) for t in terms), 1e-12)
+            for i in rest
+        }
+        worst = max(over, key=over.get)
+        if over[worst] <= 1 + OUTLIER_LIMIT:
+            break
+        dropped.append(worst)
+    return dropped
 
 
 def identify(
