@@ -221,7 +221,7 @@ class Calibration(EffectiveRates):
             else ""
         )
         return (
-            f"effective {shown('s_per_byte', gbps)}{shown('s_per_byte_multirow', multi)}, "
+            f"effective {shown('s_per_byte', gbps)}{'' if 's_per_byte_multirow' in self.folded else multi}, "
             f"{shown('s_per_flop', gflops)}, "
             f"{shown('step_overhead_s', f'{self.step_overhead_s * 1e3:.2f} ms/step')}, {layer}; "
             f"held-out median |error| {pct(self.heldout_err_before_pct)} before (roofline bound) "
@@ -266,7 +266,7 @@ def _outlier_note(p: dict) -> str:
     return (
         f"left out of the fit: {p['model']} batch {p['batch']} context {p['context_len']} measured "
         f"{p['latency_s'] * 1e3:.1f} ms, over {100 * rule_.OUTLIER_LIMIT:.0f}% above the fit to the "
-        "other steps (another process slowed it)"
+        "other steps, and marked noisy (another process slowed it)"
     )
 
 

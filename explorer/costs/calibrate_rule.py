@@ -127,9 +127,10 @@ def loo_spread(terms, points, fitted: dict[str, float]) -> dict[str, float | Non
 
 
 def outliers(terms, points: list[dict], keep: int) -> list[int]:
-    """Training steps another process slowed: measured more than OUTLIER_LIMIT above what the fit
-    to all of them predicts (interference only ever adds time), worst first, at most a quarter of
-    the points and never below `keep` points; refitted after each drop."""
+    """Training steps another process slowed: marked noisy while measured (point["noisy"], from
+    explorer.costs.noise) and measured more than OUTLIER_LIMIT above what the fit to the others
+    predicts (interference only ever adds time), worst first, at most a quarter of the points and
+    never below `keep` points; refitted after each drop. Unmarked steps are never dropped."""
     dropped: list[int] = []
     while len(points) - len(dropped) > keep and len(dropped) < len(points) // 4:
         rest = [i for i in range(len(points)) if i not in dropped]
@@ -139,8 +140,9 @@ def outliers(terms, points: list[dict], keep: int) -> list[int]:
             / max(sum(fitted[t] * column(t, points[i]) for t in terms), 1e-12)
             for i in rest
         }
-        worst = max(over, key=over.get)
-        if over[worst] <= 1 + OUTLIER_LIMIT:
+        marked = [i for i in over if points[i].get("noisy")]
+        worst = max(marked, key=over.get) if marked else None
+        if worst is None or over[worst] <= 1 + OUTLIER_LIMIT:
             break
         dropped.append(worst)
     return dropped

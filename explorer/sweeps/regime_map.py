@@ -261,6 +261,7 @@ def points(df: pd.DataFrame) -> list[dict]:
             "bytes": float(r.bytes_modelled),
             "flops": float(r.flops_modelled),
             "bound_s": float(r.bound_s_modelled),
+            "noisy": bool(getattr(r, "noisy", False)),  # marked by explorer.costs.noise
         }
         for r in df.itertuples()
     ]

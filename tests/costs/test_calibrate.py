@@ -104,6 +104,25 @@ def test_gemm_rule_recovers_known_coefficients_and_reports_how_well_determined()
     assert {p["split"] for p in again.points} == {"train", "heldout"}
 
 
+def test_a_slowed_step_marked_noisy_is_left_out_and_named():
+    pts = [
+        p
+        for m, layers, w in (("a", 6, 2e7), ("b", 30, 5e8), ("c", 24, 2e9))
+        for p in _gemm_points(m, layers, w, GRID)
+    ]
+    train, heldout = calibrate.split_points(pts)
+    train[2] = train[2] | {"latency_s": 5 * train[2]["latency_s"]}  # slowed, not marked
+    kept = calibrate.fit(train, heldout, rule="gemm")
+    assert not any(n.startswith("left out") for n in kept.notes)
+    assert kept.heldout_err_after_pct > 0
+    train[2]["noisy"] = True  # marked noisy: left out, named, and the fit is exact again
+    cal = calibrate.fit(train, heldout, rule="gemm")
+    assert [p["split"] for p in cal.points].count("outlier") == 1
+    assert any(n.startswith("left out") and "marked noisy" in n for n in cal.notes)
+    assert cal.s_per_byte == pytest.approx(2e-10, rel=1e-6)
+    assert cal.heldout_err_after_pct == pytest.approx(0, abs=1e-6)
+
+
 def test_a_term_the_grid_cannot_separate_is_folded_not_reported(tmp_path):
     # two shapes whose bytes grow with their layers, and +-3% noise: the per-layer overhead and
     # the multi-row cost cannot be told from the other terms
