@@ -217,11 +217,11 @@ class Calibration(EffectiveRates):
         gflops = f"{self.effective_gflops:.1f} GFLOP/s" if self.effective_gflops else "FLOP term 0"
         multi = (
             f", +{1 / self.s_per_byte_multirow / 1e9:.1f} GB/s-equivalent per byte when rows > 1"
-            if self.s_per_byte_multirow > 0
+            if self.s_per_byte_multirow > 0 and "s_per_byte_multirow" not in self.folded
             else ""
         )
         return (
-            f"effective {shown('s_per_byte', gbps)}{'' if 's_per_byte_multirow' in self.folded else multi}, "
+            f"effective {shown('s_per_byte', gbps)}{multi}, "
             f"{shown('s_per_flop', gflops)}, "
             f"{shown('step_overhead_s', f'{self.step_overhead_s * 1e3:.2f} ms/step')}, {layer}; "
             f"held-out median |error| {pct(self.heldout_err_before_pct)} before (roofline bound) "
@@ -265,8 +265,8 @@ def _why_folded(term: str, reason: str) -> str:
 def _outlier_note(p: dict) -> str:
     return (
         f"left out of the fit: {p['model']} batch {p['batch']} context {p['context_len']} measured "
-        f"{p['latency_s'] * 1e3:.1f} ms, over {100 * rule_.OUTLIER_LIMIT:.0f}% above the fit to the "
-        "other steps, and marked noisy (another process slowed it)"
+        f"{p['latency_s'] * 1e3:.1f} ms, over {100 * rule_.OUTLIER_LIMIT:.0f}% above the fit "
+        "to the other steps, and marked noisy (another process slowed it)"
     )
 
 
@@ -320,6 +320,7 @@ def fit(
     notes = [f"{name}: {why}" for name, why in folded.items()] + [
         _outlier_note(p) for p in outliers
     ]
+    notes += [f"{t} fitted as 0 (that term explains none of these steps)" for t in x if x[t] == 0]
     cal = Calibration(
         s_per_byte=x.get("s_per_byte", 0.0),
         s_per_flop=x.get("s_per_flop", 0.0),
