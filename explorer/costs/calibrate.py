@@ -7,11 +7,12 @@ turns the cost model into a prediction of the latency itself,
     latency ~ bytes / effective_bandwidth + flops / effective_flops
               + step_overhead_s + layers * layer_overhead_s                 (CALIBRATION_RULE)
 
-with the four parameters fitted (non-negative least squares on the relative error) to measured
-decode steps, and reports the error on *held-out* steps that the fit did not see (other context
-lengths and batch sizes; with two model shapes the per-layer overhead is what carries the fit
-from one shape to the other). "Before" is the explorer's uncalibrated prediction, the roofline
-bound of the same step; "after" is the calibrated formula.
+("linear"; fit(rule="gemm") adds [rows > 1] * bytes * s_per_byte_multirow, the rule the regime
+map's calibration uses: explorer.costs.calibrate_rule says why and how each coefficient is checked
+for being determined by the grid, and folded or named when it is not), fitted (non-negative least
+squares on the relative error) to measured decode steps, and reports the error on *held-out* steps
+that the fit did not see (other context lengths and batch sizes). "Before" is the explorer's
+uncalibrated prediction, the roofline bound of the same step; "after" is the calibrated formula.
 
 A point is plain data: {"model", "layers", "batch", "context_len", "latency_s" (measured),
 "bytes" (bound bytes: weights + KV, modelled), "flops" (modelled), "bound_s" (modelled)}, and
