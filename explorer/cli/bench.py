@@ -242,9 +242,10 @@ def _add_bench_calibrate(bench) -> None:
         "--model",
         action="append",
         default=None,
-        help="a model to measure (repeatable; default: bundled:target and arch:qwen2.5-0.5b)",
+        help="a model to measure (repeatable; default: bundled:target, arch:smollm2-135m and "
+        "arch:qwen2.5-0.5b: three shapes, so the per-step, per-layer and per-byte terms separate)",
     )
-    p.add_argument("--batches", default="1,4,16", help="batch sizes of the grid")
+    p.add_argument("--batches", default="1,2,4,8,16", help="batch sizes of the grid")
     p.add_argument("--contexts", default="64,256,512", help="context lengths of the grid")
     p.add_argument("--repeats", type=whole(1), default=3)
     p.add_argument("--device", default="auto")
@@ -286,6 +287,7 @@ class CalibrationInterrupted(KeyboardInterrupt):
 
 
 EXIT_TOO_BUSY = 3  # explorer bench calibrate on a machine too busy to fit
+DEFAULT_MODELS = ["bundled:target", "arch:smollm2-135m", "arch:qwen2.5-0.5b"]  # 6, 30, 24 layers
 
 
 def _cmd_bench_calibrate(args) -> int:
@@ -297,7 +299,7 @@ def _cmd_bench_calibrate(args) -> int:
         {"batches": args.batches, "contexts": args.contexts}, lambda p: "--" + p.name
     )
     writable(args.out, "--out")
-    models = args.model or ["bundled:target", "arch:qwen2.5-0.5b"]
+    models = args.model or DEFAULT_MODELS
     try:
         cal, frames = calibrate_models(
             models, repeats=args.repeats, device=args.device, dtype=args.dtype, **kw
@@ -335,11 +337,31 @@ def _cmd_bench_calibrate(args) -> int:
         f"  all models            heldout_err_before_pct {cal.heldout_err_before_pct:6.1f}   "
         f"heldout_err_after_pct {cal.heldout_err_after_pct:6.1f}"
     )
+    _print_identifiability(cal)
     for note in cal.notes:
         print(f"note: {note}")
     if args.out:
         print(f"saved to {args.out}")
     return 0
+
+
+def _print_identifiability(cal) -> None:
+    """How well the grid determines each coefficient, and the linear rule on the same points."""
+    ident = cal.identifiability
+    if ident:
+        spread = ", ".join(
+            f"{name} {100 * v:.0f}%" if v is not None else f"{name} -"
+            for name, v in ident["loo_spread"].items()
+        )
+        print(
+            f"  determined by the grid: condition number {ident['condition']:.0f}; leave-one-out "
+            f"spread {spread} (reported within {100 * ident['limit']:.0f}%)"
+        )
+    if cal.heldout_err_linear_pct is not None:
+        print(
+            f"  the linear rule (bytes, FLOPs, step, layer) on the same points: held-out "
+            f"{cal.heldout_err_linear_pct:.1f}% vs {cal.heldout_err_after_pct:.1f}% with this rule"
+        )
 
 
 def _add_bench_hooks(bench) -> None:

@@ -7,11 +7,12 @@ turns the cost model into a prediction of the latency itself,
     latency ~ bytes / effective_bandwidth + flops / effective_flops
               + step_overhead_s + layers * layer_overhead_s                 (CALIBRATION_RULE)
 
-with the four parameters fitted (non-negative least squares on the relative error) to measured
-decode steps, and reports the error on *held-out* steps that the fit did not see (other context
-lengths and batch sizes; with two model shapes the per-layer overhead is what carries the fit
-from one shape to the other). "Before" is the explorer's uncalibrated prediction, the roofline
-bound of the same step; "after" is the calibrated formula.
+("linear"; fit(rule="gemm") adds [rows > 1] * bytes * s_per_byte_multirow, the rule the regime
+map's calibration uses: explorer.costs.calibrate_rule says why and how each coefficient is checked
+for being determined by the grid, and folded or named when it is not), fitted (non-negative least
+squares on the relative error) to measured decode steps, and reports the error on *held-out* steps
+that the fit did not see (other context lengths and batch sizes). "Before" is the explorer's
+uncalibrated prediction, the roofline bound of the same step; "after" is the calibrated formula.
 
 A point is plain data: {"model", "layers", "batch", "context_len", "latency_s" (measured),
 "bytes" (bound bytes: weights + KV, modelled), "flops" (modelled), "bound_s" (modelled)}, and
@@ -31,11 +32,10 @@ from typing import Any
 import numpy as np
 
 from explorer._format import pct
+from explorer.costs import calibrate_rule as rule_
+from explorer.costs.calibrate_rule import LINEAR_RULE as CALIBRATION_RULE  # noqa: F401
+from explorer.costs.calibrate_rule import nnls as _nnls  # noqa: F401  (steptime uses it)
 
-CALIBRATION_RULE = (
-    "latency = bytes / effective bandwidth + FLOPs / effective FLOP/s + step overhead "
-    "+ layers x per-layer overhead (non-negative least squares on relative error)"
-)
 PARAMS = ("s_per_byte", "s_per_flop", "step_overhead_s", "layer_overhead_s")
 POINT_KEYS = ("model", "layers", "batch", "context_len", "latency_s", "bytes", "flops", "bound_s")
 
@@ -132,16 +132,28 @@ class Calibration(EffectiveRates):
     per_model: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     interference: dict[str, Any] = field(default_factory=dict)  # how busy the machine was (noise)
+    points: list[dict] = field(default_factory=list)  # every measured point, "split": train/heldout
+    s_per_byte_multirow: float = 0.0  # the "gemm" rule's extra cost per byte when rows > 1
+    folded: dict[str, str] = field(default_factory=dict)  # coefficient -> why not reported
+    identifiability: dict[str, Any] = field(default_factory=dict)  # condition, loo_spread, limit
+    heldout_err_linear_pct: float | None = None  # the "linear" rule refitted to the same points
 
-    def predict(self, *, bytes: float, flops: float, layers: int) -> float:
-        """Predicted latency (s) of a pass moving `bytes` (bound bytes) and doing `flops`."""
+    def predict(self, *, bytes: float, flops: float, layers: int, rows: int = 1) -> float:
+        """Predicted latency (s) of a pass moving `bytes` (bound bytes) and doing `flops`, whose
+        weight matrices see `rows` rows (batch x tokens fed; the multi-row term needs rows > 1)."""
         per_layer = self.layer_overhead_s or 0.0
+        multirow = self.s_per_byte_multirow * bytes if rows > 1 else 0.0
         return (
-            self.s_per_byte * bytes + self.s_per_flop * flops + self.step_overhead_s
+            self.s_per_byte * bytes + multirow + self.s_per_flop * flops + self.step_overhead_s
         ) + layers * per_layer
 
     def predict_point(self, point: dict) -> float:
-        return self.predict(bytes=point["bytes"], flops=point["flops"], layers=point["layers"])
+        return self.predict(
+            bytes=point["bytes"],
+            flops=point["flops"],
+            layers=point["layers"],
+            rows=rule_.rows(point),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -194,15 +206,25 @@ class Calibration(EffectiveRates):
             raise ValueError(f"{path}: not a calibration file ({err})") from None
 
     def summary(self) -> str:
+        def shown(term: str, text: str) -> str:
+            return f"{term} undetermined" if term in self.folded else text
+
         layer = (
             f"{self.layer_overhead_s * 1e6:.0f} us/layer"
             if self.layer_overhead_s is not None
-            else "per-layer overhead not fitted (one model shape)"
+            else "per-layer overhead folded into the step overhead"
         )
         gbps = f"{self.effective_gbps:.1f} GB/s" if self.effective_gbps else "bandwidth term 0"
         gflops = f"{self.effective_gflops:.1f} GFLOP/s" if self.effective_gflops else "FLOP term 0"
+        multi = (
+            f", +{1 / self.s_per_byte_multirow / 1e9:.1f} GB/s-equivalent per byte when rows > 1"
+            if self.s_per_byte_multirow > 0 and "s_per_byte_multirow" not in self.folded
+            else ""
+        )
         return (
-            f"effective {gbps}, {gflops}, {self.step_overhead_s * 1e3:.2f} ms/step, {layer}; "
+            f"effective {shown('s_per_byte', gbps)}{multi}, "
+            f"{shown('s_per_flop', gflops)}, "
+            f"{shown('step_overhead_s', f'{self.step_overhead_s * 1e3:.2f} ms/step')}, {layer}; "
             f"held-out median |error| {pct(self.heldout_err_before_pct)} before (roofline bound) "
             f"-> {pct(self.heldout_err_after_pct)} after, on {self.n_heldout} held-out steps"
         )
@@ -223,26 +245,46 @@ def _check_points(points: list[dict]) -> None:
             raise ValueError(f"a calibration point has no measured latency: {p}")
 
 
-def _nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with x >= 0 (a small active-set loop: few columns)."""
-    active = list(range(A.shape[1]))
-    x = np.zeros(A.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(A[:, active], y, rcond=None)
-        if (sol >= 0).all():
-            x[:] = 0
-            x[active] = sol
-            return x
-        active.pop(int(np.argmin(sol)))  # drop the most negative term and refit
-    return x
-
-
 def _errors(values: list[float], truth: list[float]) -> list[float]:
     return [abs(v - t) / t * 100.0 for v, t in zip(values, truth, strict=True)]
 
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def _why_folded(term: str, reason: str) -> str:
+    into = {
+        "layer_overhead_s": "folded into step_overhead_s (the model shapes' layer counts do not "
+        "separate it from the per-step and per-byte terms)",
+        "s_per_byte_multirow": "folded into s_per_byte and s_per_flop (the grid does not separate "
+        "the multi-row kernel's cost per byte from them)",
+    }[term]
+    return f"{into}: {reason}"
+
+
+def _outlier_note(p: dict) -> str:
+    return (
+        f"left out of the fit: {p['model']} batch {p['batch']} context {p['context_len']} measured "
+        f"{p['latency_s'] * 1e3:.1f} ms, over {100 * rule_.OUTLIER_LIMIT:.0f}% above the fit "
+        "to the other steps, and marked noisy (another process slowed it)"
+    )
+
+
+def _prefold(terms: tuple[str, ...], train: list[dict]) -> dict[str, str]:
+    """Terms no grid like this one could determine: one model shape (no per-layer term), only
+    one-row or only multi-row steps (no multi-row term)."""
+    out = {}
+    if len({p["layers"] for p in train}) < 2:
+        out["layer_overhead_s"] = (
+            "one model shape: the per-layer overhead is folded into the per-step overhead; fit two "
+            "model shapes to separate them"
+        )
+    if "s_per_byte_multirow" in terms and len({rule_.rows(p) > 1 for p in train}) < 2:
+        out["s_per_byte_multirow"] = _why_folded(
+            "s_per_byte_multirow", "the fit needs both one-row and multi-row steps"
+        )
+    return out
 
 
 def fit(
@@ -252,55 +294,57 @@ def fit(
     device: str = "",
     dtype: str = "",
     threads: int | None = None,
+    rule: str = "linear",
 ) -> Calibration:
-    """Fit CALIBRATION_RULE to the `train` points and report the errors on `heldout` (both lists of
-    point dicts, POINT_KEYS). Raises TooFewPoints naming how many points it needs."""
+    """Fit a rule (calibrate_rule.RULES: "linear", "gemm") to the `train` points and report the
+    errors on `heldout` (both lists of point dicts, POINT_KEYS; optional "rows"). Coefficients the
+    grid does not determine are folded (Calibration.folded, calibrate_rule.identify). Raises
+    TooFewPoints naming how many points it needs."""
     train, heldout = list(train), list(heldout or [])
     _check_points(train + heldout)
     device = device or str(train[0].get("device", "")) if train else device
     dtype = dtype or str(train[0].get("dtype", "")) if train else dtype
-    shapes = sorted({p["layers"] for p in train})
-    need = needed_points(len(shapes))
+    need = needed_points(len({p["layers"] for p in train}))
     if len(train) < need:
         raise TooFewPoints(
             f"calibration needs at least {need} measured steps to fit "
             f"{'4 parameters' if need == 4 else '3 parameters (one model shape)'}, got {len(train)}"
             "; measure more batch sizes or context lengths (explorer sweep regime-map)"
         )
-    cols = [[p["bytes"], p["flops"], 1.0] for p in train]
-    if len(shapes) >= 2:
-        cols = [c + [float(p["layers"])] for c, p in zip(cols, train, strict=True)]
-    A = np.array(cols, dtype=float)
-    t = np.array([p["latency_s"] for p in train], dtype=float)
-    scale = A.max(axis=0)
-    scale[scale == 0] = 1.0
-    x = _nnls((A / scale) / t[:, None], np.ones_like(t)) / scale  # minimise relative error
-    notes = []
-    if len(shapes) < 2:
-        notes.append(
-            "one model shape: the per-layer overhead is folded into the per-step overhead; fit two "
-            "model shapes to separate them"
-        )
-    for name, value in zip(PARAMS, x, strict=False):
-        if value == 0:
-            notes.append(f"{name} fitted as 0 (that term explains none of these steps)")
+    prefolded = _prefold(rule_.TERMS[rule], train)
+    terms = tuple(t for t in rule_.TERMS[rule] if t not in prefolded)
+    slowed = rule_.outliers(terms, train, keep=max(need, len(terms) + 1))
+    outliers = [p for i, p in enumerate(train) if i in slowed]
+    train = [p for i, p in enumerate(train) if i not in slowed]
+    x, folded, ident = rule_.identify(terms, train, _why_folded)
+    folded = prefolded | folded
+    notes = [f"{name}: {why}" for name, why in folded.items()] + [
+        _outlier_note(p) for p in outliers
+    ]
+    notes += [f"{t} fitted as 0 (that term explains none of these steps)" for t in x if x[t] == 0]
     cal = Calibration(
-        s_per_byte=float(x[0]),
-        s_per_flop=float(x[1]),
-        step_overhead_s=float(x[2]),
-        layer_overhead_s=float(x[3]) if len(shapes) >= 2 else None,
+        s_per_byte=x.get("s_per_byte", 0.0),
+        s_per_flop=x.get("s_per_flop", 0.0),
+        step_overhead_s=x.get("step_overhead_s", 0.0),
+        layer_overhead_s=x.get("layer_overhead_s"),
+        s_per_byte_multirow=x.get("s_per_byte_multirow", 0.0),
         models=sorted({p["model"] for p in train}),
         device=device,
         dtype=dtype,
         threads=threads,
+        rule=rule_.RULES[rule],
         n_train=len(train),
         n_heldout=len(heldout),
         notes=notes,
+        folded=folded,
+        identifiability=ident,
     )
     cal.train_err_pct = _median(
         _errors([cal.predict_point(p) for p in train], [p["latency_s"] for p in train])
     )
     _score(cal, heldout)
+    splits = (("train", train), ("heldout", heldout), ("outlier", outliers))
+    cal.points = [p | {"split": name} for name, mine in splits for p in mine]
     return cal
 
 

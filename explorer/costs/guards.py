@@ -155,7 +155,9 @@ def step_check(
     cost = costs.forward_cost(
         lm.info, batch=batch, tokens_fed=1, context_len=context, logits_positions=1
     )
-    predicted = cal.predict(bytes=cost.bound_bytes, flops=cost.total_flops, layers=lm.info.layers)
+    predicted = cal.predict(
+        bytes=cost.bound_bytes, flops=cost.total_flops, layers=lm.info.layers, rows=batch
+    )
     measured = time_decode_step(lm, batch=batch, context=context, repeats=repeats).median
     what = f"a batch-{batch} decode step at context {context}"
     return machine_check(measured, predicted, tolerance, what)

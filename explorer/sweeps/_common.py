@@ -261,7 +261,12 @@ def modelled(
         "bound_s_modelled": bound_s,
         "bound_modelled": bound,
         "latency_s_calibrated": (
-            cal.predict(bytes=cost.bound_bytes, flops=cost.total_flops, layers=info.layers)
+            cal.predict(
+                bytes=cost.bound_bytes,
+                flops=cost.total_flops,
+                layers=info.layers,
+                rows=batch * tokens_fed,
+            )
             if cal is not None
             else None
         ),

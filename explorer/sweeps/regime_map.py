@@ -261,12 +261,15 @@ def points(df: pd.DataFrame) -> list[dict]:
             "bytes": float(r.bytes_modelled),
             "flops": float(r.flops_modelled),
             "bound_s": float(r.bound_s_modelled),
+            "noisy": bool(getattr(r, "noisy", False)),  # marked by explorer.costs.noise
         }
         for r in df.itertuples()
     ]
 
 
-def calibration_from(frames: Iterable[pd.DataFrame], *, refuse_busy: bool = False) -> Calibration:
+def calibration_from(
+    frames: Iterable[pd.DataFrame], *, refuse_busy: bool = False, rule: str = "gemm"
+) -> Calibration:
     """One calibration fitted to the default train split of the cells of regime-map frames (one
     per model; explorer.costs.calibrate.split_points), scored on their held-out cells. Measured
     while other work held the CPU (calibrate.too_busy): MachineTooBusy, no fit, with refuse_busy
@@ -288,7 +291,11 @@ def calibration_from(frames: Iterable[pd.DataFrame], *, refuse_busy: bool = Fals
     pts = [p for df in frames for p in points(df)]
     train, heldout = calibrate.split_points(pts)
     a = frames[0].attrs
-    cal = calibrate.fit(train, heldout, device=a["device"], dtype=a["dtype"], threads=a["threads"])
+    cal = calibrate.fit(
+        train, heldout, device=a["device"], dtype=a["dtype"], threads=a["threads"], rule=rule
+    )
+    if rule != "linear":  # the rule before, refitted to the same points: the comparison
+        cal.heldout_err_linear_pct = calibrate.fit(train, heldout).heldout_err_after_pct
     cal.interference = calibrate.interference(cells)
     if busy:
         cal.notes.append(f"fitted anyway, so read it with care: {busy}")

@@ -191,7 +191,10 @@ class TrickContext:
         lm = lm or self.lm
         cost = self.cost(lm, batch, tokens_fed, context_len, use_cache)
         return self.calibration(lm).predict(
-            bytes=cost.bound_bytes + extra_bytes, flops=cost.total_flops, layers=lm.info.layers
+            bytes=cost.bound_bytes + extra_bytes,
+            flops=cost.total_flops,
+            layers=lm.info.layers,
+            rows=batch * tokens_fed,
         )
 
     def _fit(self, lm: LoadedModel) -> calibrate.Calibration:

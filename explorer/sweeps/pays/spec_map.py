@@ -63,7 +63,12 @@ def _calibrated(info, cal) -> Clock:
         cost = forward_cost(
             info, batch=batch, tokens_fed=fed, context_len=past + fed, logits_positions=1
         )
-        return cal.predict(bytes=cost.bound_bytes, flops=cost.total_flops, layers=info.layers)
+        return cal.predict(
+            bytes=cost.bound_bytes,
+            flops=cost.total_flops,
+            layers=info.layers,
+            rows=batch * fed,
+        )
 
     return clock
 
