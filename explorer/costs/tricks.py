@@ -38,18 +38,35 @@ def speculative_speedup(
 
 
 def fewer_bytes_latency(
-    cal, *, weight_bytes: float, other_bytes: float, flops: float, layers: int, bytes_ratio: float
+    cal,
+    *,
+    weight_bytes: float,
+    other_bytes: float,
+    flops: float,
+    layers: int,
+    bytes_ratio: float,
+    rows: int = 1,
 ) -> float:
-    """Calibrated latency of a pass whose weights take bytes_ratio of their bytes (KV unchanged)."""
-    return cal.predict(bytes=weight_bytes * bytes_ratio + other_bytes, flops=flops, layers=layers)
+    """Calibrated latency of a pass whose weights take bytes_ratio of their bytes (KV unchanged);
+    `rows`: the pass's batch x tokens fed (a calibration's multi-row term needs it)."""
+    return cal.predict(
+        bytes=weight_bytes * bytes_ratio + other_bytes, flops=flops, layers=layers, rows=rows
+    )
 
 
 def fewer_bytes_speedup(
-    cal, *, weight_bytes: float, other_bytes: float, flops: float, layers: int, bytes_ratio: float
+    cal,
+    *,
+    weight_bytes: float,
+    other_bytes: float,
+    flops: float,
+    layers: int,
+    bytes_ratio: float,
+    rows: int = 1,
 ) -> float:
     """t(weights at their bytes) / t(weights at bytes_ratio of them), both calibrated: near
     1 / bytes_ratio where the bytes term dominates, near 1 where FLOPs or overhead do."""
-    same = dict(other_bytes=other_bytes, flops=flops, layers=layers)
+    same = dict(other_bytes=other_bytes, flops=flops, layers=layers, rows=rows)
     before = fewer_bytes_latency(cal, weight_bytes=weight_bytes, bytes_ratio=1.0, **same)
     after = fewer_bytes_latency(cal, weight_bytes=weight_bytes, bytes_ratio=bytes_ratio, **same)
     return before / after

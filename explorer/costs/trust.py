@@ -107,7 +107,12 @@ def _step_rows(trace, calibration) -> list[dict | None]:
         for group, mine in sorted(groups.items()):
             pairs = [
                 (
-                    cal.predict(bytes=bound_bytes(s.bytes), flops=s.flops, layers=layers),
+                    cal.predict(
+                        bytes=bound_bytes(s.bytes),
+                        flops=s.flops,
+                        layers=layers,
+                        rows=s.batch_size * s.tokens_fed,
+                    ),
                     s.latency_s,
                 )
                 for s in mine

@@ -61,6 +61,7 @@ def _setup(kind: str):
                 flops=flops,
                 layers=ctx.lm.info.layers,
                 bytes_ratio=w1 / w0,
+                rows=batch * fed,
             )
             return figures(
                 base_s,
