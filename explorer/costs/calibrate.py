@@ -33,8 +33,7 @@ import numpy as np
 
 from explorer._format import pct
 from explorer.costs import calibrate_rule as rule_
-from explorer.costs.calibrate_rule import LINEAR_RULE as CALIBRATION_RULE  # noqa: F401
-from explorer.costs.calibrate_rule import nnls as _nnls  # noqa: F401  (steptime uses it)
+from explorer.costs.calibrate_rule import LINEAR_RULE as CALIBRATION_RULE
 
 PARAMS = ("s_per_byte", "s_per_flop", "step_overhead_s", "layer_overhead_s")
 POINT_KEYS = ("model", "layers", "batch", "context_len", "latency_s", "bytes", "flops", "bound_s")

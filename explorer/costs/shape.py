@@ -252,7 +252,7 @@ class Shape:
         return out
 
 
-def _info_key(info: ModelInfo) -> tuple:
+def info_key(info: ModelInfo) -> tuple:
     """Every field of a ModelInfo the cost model reads: one key per distinct shape."""
     moe = (
         info.num_experts or 0,
@@ -281,7 +281,7 @@ def _info_key(info: ModelInfo) -> tuple:
 
 def shape_of(info: ModelInfo) -> Shape:
     """The cost-model Shape of a model (cached per distinct shape)."""
-    return _shape(_info_key(info))
+    return _shape(info_key(info))
 
 
 @lru_cache(maxsize=64)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from explorer.costs.parts import BOUND_EXCLUDES, forward_cost, roofline
-from explorer.costs.shape import _info_key
+from explorer.costs.shape import info_key
 from explorer.model.loader import ModelInfo
 
 REGIME_RULE = (
@@ -175,7 +175,7 @@ def _pass_key(
     info: ModelInfo, batch, tokens_fed, context_len, use_cache, logits_positions, experts, kv_dtype
 ) -> tuple:
     experts = None if experts is None else tuple(experts)
-    return (_info_key(info), batch, tokens_fed, context_len, use_cache, logits_positions, experts,
+    return (info_key(info), batch, tokens_fed, context_len, use_cache, logits_positions, experts,
             kv_dtype)  # fmt: skip
 
 

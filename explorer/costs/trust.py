@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from explorer.costs.calibrate import CALIBRATION_RULE, Calibration
+from explorer.costs.calibrate import Calibration
 from explorer.costs.parts import bound_bytes
 
 BOUND_BASIS = "modelled: max(FLOPs / peak FLOP/s, bytes / peak bandwidth), measured peaks"
@@ -118,7 +118,5 @@ def _step_rows(trace, calibration) -> list[dict | None]:
                 for s in mine
                 if s.bytes and s.flops
             ]
-            rows.append(
-                _row("step latency, calibrated", group, pairs, "s", "fitted: " + CALIBRATION_RULE)
-            )
+            rows.append(_row("step latency, calibrated", group, pairs, "s", "fitted: " + cal.rule))
     return rows

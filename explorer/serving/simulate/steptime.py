@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from explorer._stats import percentile
-from explorer.costs.calibrate import EffectiveRates, _nnls
+from explorer.costs.calibrate import EffectiveRates
+from explorer.costs.calibrate_rule import nnls
 from explorer.costs.parts import Shape, shape_of
 from explorer.serving.simulate.work import Work, iteration_work
 
@@ -164,7 +165,7 @@ def fit(shape: Shape, train: list[dict], heldout: list[dict] | None = None, **me
     t = np.array([i["seconds"] for i in train], dtype=float)
     scale = A.max(axis=0)
     scale[scale == 0] = 1.0
-    x = _nnls((A / scale) / t[:, None], np.ones_like(t)) / scale  # minimise relative error
+    x = nnls((A / scale) / t[:, None], np.ones_like(t)) / scale  # minimise relative error
     model = StepModel(*map(float, x), n_train=len(train), **meta)
     model.train_err_pct = statistics.median(_pct_errors(model, shape, train))
     held = [i for i in heldout or [] if i["seconds"] > 0 and i["passes"]]
